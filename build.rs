@@ -1,0 +1,38 @@
+//! Build probe: checks that the FFmpeg and MPI development files DataHelix links against are
+//! present, and says how to get them when they are not. The `-sys` crates (`ffmpeg-sys-next`,
+//! `mpi-sys`) do the actual linking; this script exists so that a missing library produces one
+//! clear message instead of a page of bindgen errors.
+
+use std::process::Command;
+
+const FFMPEG_LIBS: [&str; 4] = ["libavformat", "libavcodec", "libavutil", "libswscale"];
+
+fn pkg_config_has(lib: &str) -> bool {
+    Command::new("pkg-config").args(["--exists", lib]).status().map(|s| s.success()).unwrap_or(false)
+}
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
+    println!("cargo:rerun-if-env-changed=MPICC");
+
+    let missing: Vec<&str> = FFMPEG_LIBS.iter().copied().filter(|l| !pkg_config_has(l)).collect();
+    if !missing.is_empty() {
+        println!(
+            "cargo:warning=FFmpeg development files not found by pkg-config: {}. \
+             Run scripts/setup.sh (Debian: libavformat-dev libavcodec-dev libavutil-dev libswscale-dev), \
+             or point PKG_CONFIG_PATH at your FFmpeg build.",
+            missing.join(", ")
+        );
+    }
+    let mpicc = std::env::var("MPICC").unwrap_or_else(|_| "mpicc".to_string());
+    let has_mpi = Command::new(&mpicc).arg("-showme:version").output().is_ok()
+        || pkg_config_has("ompi")
+        || pkg_config_has("mpich");
+    if !has_mpi {
+        println!(
+            "cargo:warning=no MPI found ({mpicc} not runnable, no ompi/mpich pkg-config). \
+             Run scripts/setup.sh (Debian: libopenmpi-dev openmpi-bin) or set MPICC."
+        );
+    }
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs, only where missing, what DataHelix needs to build and test on Debian 12, and sets the
+# Open MPI variables a root run on a small machine needs. Idempotent; safe to source or to run.
+#
+#   scripts/setup.sh            # install what is missing
+#   source scripts/setup.sh     # ... and keep the MPI variables in this shell
+set -euo pipefail
+
+DH_PACKAGES=(
+  libopenmpi-dev openmpi-bin
+  clang libclang-dev pkg-config
+  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
+  valgrind
+)
+
+dh_missing_packages() {
+  local p
+  for p in "${DH_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || echo "$p"
+  done
+}
+
+missing=$(dh_missing_packages)
+if [ -n "$missing" ]; then
+  echo "setup: installing: $(echo $missing | tr '\n' ' ')" >&2
+  if [ "$(id -u)" -ne 0 ]; then sudo=sudo; else sudo=; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq >&2
+  # shellcheck disable=SC2086
+  $sudo apt-get install -y -qq --no-install-recommends $missing >&2
+fi
+
+# Open MPI as root, more ranks than cores, and no pinning of each rank to one core.
+export OMPI_ALLOW_RUN_AS_ROOT=1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_hwloc_base_binding_policy=none
+# Loopback-only machines: keep Open MPI off the (absent) fabrics and quiet about it.
+export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader,tcp}
+export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found; install Rust (rustup) first: https://rustup.rs" >&2
+  exit 2
+fi

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# All of DataHelix's tests: Rust unit and integration tests (multi-rank ones launch mpirun),
+# formatting, and the benches compiled and run once in test mode.
+#
+#   scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup.sh
+
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+echo "== cargo fmt --check" >&2
+cargo fmt --all -- --check
+echo "== cargo build" >&2
+cargo build --workspace --all-targets
+echo "== cargo test" >&2
+cargo test --workspace --all-targets
+cargo test --workspace --doc

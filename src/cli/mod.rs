@@ -1,0 +1,53 @@
+//! The `datahelix` command line. Each subcommand lives in its own module; names and JSON shapes
+//! follow `shared/CLI.md` (scripts and outside comparisons read them).
+//!
+//! Exit codes: 0 success, 1 the run finished but reported failures (with `--strict`), 2 bad usage
+//! or unusable input.
+
+use clap::{Parser, Subcommand};
+
+/// Exit status for "finished, but reported failures".
+pub const EXIT_FAILURES: i32 = 1;
+/// Exit status for bad usage or unusable input.
+pub const EXIT_USAGE: i32 = 2;
+
+/// The input data plane for synchronous multimodal training.
+#[derive(Debug, Parser)]
+#[command(name = "datahelix", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {}
+
+/// An error the CLI reports on stderr before exiting with `code`.
+#[derive(Debug)]
+pub struct CliError {
+    /// Exit status.
+    pub code: i32,
+    /// What went wrong and what to do.
+    pub message: String,
+}
+
+impl CliError {
+    /// A bad-usage or unusable-input error (exit 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError { code: EXIT_USAGE, message: message.into() }
+    }
+}
+
+/// Runs a parsed command line; returns the process exit status.
+pub fn run(cli: Cli) -> i32 {
+    let result: Result<i32, CliError> = match cli.command {};
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("datahelix: {}", e.message);
+            e.code
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! An opened media file: FFmpeg's `AVFormatContext`, owned.
+
+use std::ffi::{CStr, CString};
+use std::path::{Path, PathBuf};
+use std::ptr::{self, NonNull};
+
+use ffmpeg_sys_next as ff;
+
+use super::{check, init, AvError};
+
+/// What the container says about one stream, copied out of FFmpeg's structs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamInfo {
+    /// The stream's index in the container.
+    pub index: usize,
+    /// FFmpeg's codec id.
+    pub codec_id: ff::AVCodecID,
+    /// Coded width (0 when the header does not say).
+    pub width: u32,
+    /// Coded height (0 when the header does not say).
+    pub height: u32,
+    /// Time base of the stream's timestamps, `(num, den)`.
+    pub time_base: (i32, i32),
+    /// First presentation time, in `time_base` units.
+    pub start_time: Option<i64>,
+    /// Duration in `time_base` units, when the stream states one (> 0).
+    pub duration: Option<i64>,
+    /// Frame count from the container (0 when not stated).
+    pub nb_frames: i64,
+    /// Average frame rate `(num, den)`, `(0, x)` when unknown.
+    pub avg_frame_rate: (i32, i32),
+    /// Real base frame rate `(num, den)`, `(0, x)` when unknown.
+    pub r_frame_rate: (i32, i32),
+    /// Stream bit rate (0 when not stated).
+    pub bit_rate: i64,
+    /// FFmpeg's pixel-format number as the header states it (-1 when unknown).
+    pub pix_fmt: i32,
+}
+
+/// An open input file (demuxer). Closed on drop.
+pub struct Input {
+    ctx: NonNull<ff::AVFormatContext>,
+    path: PathBuf,
+}
+
+// SAFETY: an AVFormatContext is not tied to the thread that opened it; FFmpeg only forbids
+// concurrent use, which `&mut self` on every mutating method (and no `Sync`) prevents.
+unsafe impl Send for Input {}
+
+impl Input {
+    /// Opens `path` and reads its container header (`avformat_open_input`).
+    pub fn open(path: &Path) -> Result<Input, AvError> {
+        init();
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| AvError {
+            call: "avformat_open_input (path holds a NUL byte)",
+            code: ff::AVERROR(libc::EINVAL),
+        })?;
+        let mut raw: *mut ff::AVFormatContext = ptr::null_mut();
+        // SAFETY: raw is a valid out-pointer; c_path is NUL-terminated and outlives the call; a NULL
+        // format and options ask FFmpeg to probe. On failure FFmpeg frees the context and leaves NULL.
+        let ret = unsafe { ff::avformat_open_input(&mut raw, c_path.as_ptr(), ptr::null(), ptr::null_mut()) };
+        check(ret, "avformat_open_input")?;
+        let ctx = NonNull::new(raw).ok_or(AvError {
+            call: "avformat_open_input (returned NULL)",
+            code: ff::AVERROR(libc::ENOMEM),
+        })?;
+        Ok(Input { ctx, path: path.to_path_buf() })
+    }
+
+    /// The path this input was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn ctx(&self) -> &ff::AVFormatContext {
+        // SAFETY: ctx is non-null and owned by self for its whole life.
+        unsafe { self.ctx.as_ref() }
+    }
+
+    /// Raw context pointer, for other modules of this safe layer (decoders need it).
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut ff::AVFormatContext {
+        self.ctx.as_ptr()
+    }
+
+    /// Reads packets to fill in what the header lacks (`avformat_find_stream_info`). Costly: it
+    /// decodes the first frames. Call only when a field is missing.
+    pub fn find_stream_info(&mut self) -> Result<(), AvError> {
+        // SAFETY: ctx is a valid open context; NULL options are allowed.
+        let ret = unsafe { ff::avformat_find_stream_info(self.ctx.as_ptr(), ptr::null_mut()) };
+        check(ret, "avformat_find_stream_info").map(|_| ())
+    }
+
+    /// The demuxer's short name, e.g. `mov,mp4,m4a,3gp,3g2,mj2` or `matroska,webm`.
+    pub fn format_name(&self) -> String {
+        let fmt = self.ctx().iformat;
+        if fmt.is_null() {
+            return String::new();
+        }
+        // SAFETY: an opened context's iformat points to a static AVInputFormat whose name is a
+        // static NUL-terminated string.
+        unsafe { CStr::from_ptr((*fmt).name) }.to_string_lossy().into_owned()
+    }
+
+    /// Container duration in microseconds, when stated (> 0).
+    pub fn duration_us(&self) -> Option<i64> {
+        let d = self.ctx().duration;
+        (d != ff::AV_NOPTS_VALUE && d > 0).then_some(d)
+    }
+
+    /// Container bit rate, when stated (> 0).
+    pub fn bit_rate(&self) -> Option<i64> {
+        let b = self.ctx().bit_rate;
+        (b > 0).then_some(b)
+    }
+
+    fn stream_ptr(&self, index: usize) -> Option<*mut ff::AVStream> {
+        let ctx = self.ctx();
+        if index >= ctx.nb_streams as usize || ctx.streams.is_null() {
+            return None;
+        }
+        // SAFETY: streams holds nb_streams valid pointers; index was bounds-checked above.
+        let st = unsafe { *ctx.streams.add(index) };
+        (!st.is_null()).then_some(st)
+    }
+
+    /// Index of the best video stream (`av_find_best_stream`), if any.
+    pub fn best_video_stream(&self) -> Option<StreamInfo> {
+        // SAFETY: ctx is valid; a NULL decoder out-pointer is allowed.
+        let ret = unsafe {
+            ff::av_find_best_stream(
+                self.ctx.as_ptr(),
+                ff::AVMediaType::AVMEDIA_TYPE_VIDEO,
+                -1,
+                -1,
+                ptr::null_mut(),
+                0,
+            )
+        };
+        if ret < 0 {
+            return None;
+        }
+        self.stream(ret as usize)
+    }
+
+    /// What the container says about stream `index`.
+    pub fn stream(&self, index: usize) -> Option<StreamInfo> {
+        let st = self.stream_ptr(index)?;
+        // SAFETY: st is a valid stream of this open context; codecpar is allocated with the stream.
+        let (st, par) = unsafe { (&*st, &*(*st).codecpar) };
+        let positive = |v: i64| (v != ff::AV_NOPTS_VALUE && v > 0).then_some(v);
+        Some(StreamInfo {
+            index,
+            codec_id: par.codec_id,
+            width: par.width.max(0) as u32,
+            height: par.height.max(0) as u32,
+            time_base: (st.time_base.num, st.time_base.den),
+            start_time: (st.start_time != ff::AV_NOPTS_VALUE).then_some(st.start_time),
+            duration: positive(st.duration),
+            nb_frames: st.nb_frames.max(0),
+            avg_frame_rate: (st.avg_frame_rate.num, st.avg_frame_rate.den),
+            r_frame_rate: (st.r_frame_rate.num, st.r_frame_rate.den),
+            bit_rate: par.bit_rate.max(0),
+            pix_fmt: par.format,
+        })
+    }
+
+    /// The demuxer's seek index of a stream: `(timestamp, byte position, size, is keyframe)` per
+    /// entry. MP4 lists every sample; Matroska lists its cues (keyframes). Read from the header
+    /// alone, without touching the packets.
+    pub fn index_entries(&self, index: usize) -> Vec<IndexEntry> {
+        let Some(st) = self.stream_ptr(index) else { return Vec::new() };
+        // SAFETY: st is a valid stream of this open context.
+        let n = unsafe { ff::avformat_index_get_entries_count(st) }.max(0);
+        let mut out = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            // SAFETY: i < the count FFmpeg just returned; the entry stays valid until the next
+            // demuxer call, and we copy it out at once.
+            let e = unsafe { ff::avformat_index_get_entry(st, i) };
+            if e.is_null() {
+                break;
+            }
+            // SAFETY: non-null entries point into the stream's index array.
+            let e = unsafe { &*e };
+            out.push(IndexEntry {
+                timestamp: e.timestamp,
+                pos: e.pos,
+                size: e.size() as u32,
+                keyframe: (e.flags() as i32 & ff::AVINDEX_KEYFRAME) != 0,
+            });
+        }
+        out
+    }
+}
+
+/// One entry of a demuxer's seek index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// Timestamp in the stream's time base.
+    pub timestamp: i64,
+    /// Byte position of the packet in the file.
+    pub pos: i64,
+    /// Packet size in bytes (0 when the demuxer does not know).
+    pub size: u32,
+    /// Whether decoding can start here.
+    pub keyframe: bool,
+}
+
+impl Drop for Input {
+    fn drop(&mut self) {
+        let mut raw = self.ctx.as_ptr();
+        // SAFETY: raw came from avformat_open_input and is closed exactly once, here.
+        unsafe { ff::avformat_close_input(&mut raw) };
+    }
+}

@@ -1,0 +1,31 @@
+//! The safe layer over FFmpeg (`ffmpeg-sys-next`): owned handles with `Drop`, every return code
+//! checked through [`check`], every `unsafe` block here and nowhere above.
+//!
+//! ```no_run
+//! use datahelix::decode::ffmpeg::Input;
+//!
+//! let input = Input::open(std::path::Path::new("clip.mp4")).expect("open");
+//! let video = input.best_video_stream().expect("a video stream");
+//! println!("{}x{} {:?}", video.width, video.height, video.codec_id);
+//! ```
+
+mod error;
+mod input;
+
+pub use error::{check, AvError, AvErrorKind};
+pub use input::{IndexEntry, Input, StreamInfo};
+
+/// Silences FFmpeg's own logging (errors come back as return codes, which we report with the
+/// sample's id and path). Called once by every constructor in this module.
+pub(crate) fn init() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let level = if std::env::var_os("DATAHELIX_FFMPEG_LOG").is_some() {
+            ffmpeg_sys_next::AV_LOG_ERROR
+        } else {
+            ffmpeg_sys_next::AV_LOG_QUIET
+        };
+        // SAFETY: av_log_set_level only stores an integer in a global; any value is accepted.
+        unsafe { ffmpeg_sys_next::av_log_set_level(level) };
+    });
+}

@@ -1,0 +1,7 @@
+//! Decoding samples into tensors.
+//!
+//! [`ffmpeg`] is the safe layer over `ffmpeg-sys-next`: it owns every FFmpeg handle and maps every
+//! return code. The index's probe uses its [`ffmpeg::Input`] to read container headers; the
+//! sampled-frame decoder builds on the same layer.
+
+pub mod ffmpeg;
