@@ -106,6 +106,52 @@ pub fn run(args: IndexArgs) -> Result<i32, CliError> {
             report.probed, report.seconds, report.reused
         );
         println!("index     {}", report.path.display());
+        if let Ok(index) = Index::open(&args.dir) {
+            print_breakdown(&index);
+        }
     }
     Ok(if args.strict && report.bad > 0 { EXIT_FAILURES } else { 0 })
+}
+
+/// Per (modality, codec, container): samples, bytes, seconds of video, largest frame — the skew
+/// a planner has to deal with, at a glance.
+fn print_breakdown(index: &Index) {
+    #[derive(Default)]
+    struct Row {
+        n: usize,
+        bytes: u64,
+        seconds: f64,
+        max_seconds: f64,
+        max_pixels: (u32, u32),
+    }
+    let mut rows: BTreeMap<(String, String, String), Row> = BTreeMap::new();
+    for d in index.iter().flatten().filter(|d| d.status.is_ok()) {
+        let key = (d.modality.name().to_string(), d.codec.name().to_string(), d.container.name().to_string());
+        let r = rows.entry(key).or_default();
+        r.n += 1;
+        r.bytes += d.bytes;
+        r.seconds += d.duration_s();
+        r.max_seconds = r.max_seconds.max(d.duration_s());
+        if d.pixels_per_frame() > r.max_pixels.0 as u64 * r.max_pixels.1 as u64 {
+            r.max_pixels = (d.width, d.height);
+        }
+    }
+    println!();
+    println!(
+        "{:<6} {:<6} {:<5} {:>7} {:>10} {:>10} {:>9} {:>10}",
+        "kind", "codec", "cont", "samples", "MiB", "video s", "longest", "largest"
+    );
+    for ((m, c, k), r) in rows {
+        println!(
+            "{:<6} {:<6} {:<5} {:>7} {:>10.1} {:>10.1} {:>9.1} {:>10}",
+            m,
+            c,
+            k,
+            r.n,
+            r.bytes as f64 / (1 << 20) as f64,
+            r.seconds,
+            r.max_seconds,
+            format!("{}x{}", r.max_pixels.0, r.max_pixels.1)
+        );
+    }
 }
