@@ -1,6 +1,45 @@
-//! DataHelix: the input data plane for synchronous data-parallel training of multimodal models.
+//! DataHelix: the input data plane for synchronous data-parallel training of multimodal models
+//! (video, image, text).
 //!
-//! (Crate docs are written in full once the modules below exist; see README.md.)
+//! In synchronous training the slowest rank sets the pace, and multimodal samples differ by orders
+//! of magnitude in decode cost and in accelerator compute. DataHelix plans both while samples are
+//! still small [descriptors](descriptor): it balances accelerator work across ranks, places decode
+//! work against each rank's deadline, and moves decoded tensors between ranks only when that pays.
+//! Every rank runs the same deterministic planner on the same all-gathered inputs; there is no
+//! central server. See `DESIGN.md` in the project's shared folder for the architecture.
+//!
+//! # Example: index a dataset and walk the protocol's global batches
+//!
+//! ```no_run
+//! use datahelix::index::{build, BuildOptions, Index};
+//! use datahelix::sampler::{rank_local_split, Sampler};
+//!
+//! let dir = std::path::Path::new("data/tiny");
+//! build(dir, &BuildOptions::default())?; // probes headers only; re-probes only what changed
+//! let index = Index::open(dir)?;
+//! let ids: Vec<u64> = index.iter().filter_map(Result::ok).map(|d| d.id).collect();
+//! let sampler = Sampler::new(&ids, 42);
+//! let batch = sampler.global_batch(0, 8);
+//! for id in rank_local_split(&batch, 0, 2) {
+//!     let d = index.get(index.position_of(id).unwrap())?;
+//!     println!("{id}: {} {}x{} {:.1}s {}", d.codec, d.width, d.height, d.duration_s(), d.status);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # What works, what is gated, what is not yet
+//!
+//! | piece | module | state |
+//! |---|---|---|
+//! | manifest, descriptors, header-only probe | [`manifest`], [`descriptor`], [`probe`] | works |
+//! | memory-mapped descriptor index | [`index`] | works |
+//! | the protocol's sampler | [`sampler`] | works |
+//! | dataset generator (`datahelix gen`) | [`gen`] | works (drives the `ffmpeg` CLI) |
+//! | FFmpeg safe layer | [`decode::ffmpeg`] | demuxer only so far |
+//! | sampled-frame decoder, worker pool, decode-cost model | `decode` | not yet |
+//! | `Collective` trait, MPI backend | `collective`, `comm` | not yet |
+//! | HCCL backend | feature `hccl`, crate `hccl-sys` | not yet |
+//! | planner, executor, policies, simulator, C ABI | — | not yet |
 
 pub mod cli;
 pub mod decode;
@@ -8,5 +47,8 @@ pub mod descriptor;
 pub mod gen;
 pub mod index;
 pub mod manifest;
+pub mod plan;
 pub mod probe;
+pub mod rng;
 pub mod sampler;
+pub mod cost;

@@ -6,6 +6,7 @@
 
 mod gen;
 mod index;
+mod plan;
 
 use std::path::Path;
 
@@ -32,6 +33,8 @@ pub enum Command {
     Gen(gen::GenArgs),
     /// Probe a dataset and write its descriptor index.
     Index(index::IndexArgs),
+    /// Plan a synthetic step and show the planner's decisions and predictions.
+    Plan(plan::PlanArgs),
 }
 
 /// An error the CLI reports on stderr before exiting with `code`.
@@ -55,6 +58,7 @@ pub fn run(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::Gen(args) => gen::run(args),
         Command::Index(args) => index::run(args),
+        Command::Plan(args) => plan::run(args),
     };
     match result {
         Ok(code) => code,

@@ -22,6 +22,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use crate::manifest::MANIFEST_FILE;
+use crate::rng::Rng;
 use crate::sampler::splitmix64;
 
 /// Where `gen` records the spec a folder was generated from (to skip regenerating it).
@@ -68,40 +69,6 @@ pub struct PlannedSample {
     pub duration_s: f64,
 }
 
-/// Deterministic stream of random numbers (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        let state = self.0;
-        self.0 = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        splitmix64(state)
-    }
-    fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-    fn normal(&mut self) -> f64 {
-        let (u1, u2) = (self.uniform(), self.uniform());
-        (-2.0 * (1.0 - u1).ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-    }
-    fn pick(&mut self, weights: impl Iterator<Item = f64> + Clone) -> usize {
-        let total: f64 = weights.clone().sum();
-        let mut x = self.uniform() * total;
-        let mut last = 0;
-        for (i, w) in weights.enumerate() {
-            last = i;
-            if x < w {
-                return i;
-            }
-            x -= w;
-        }
-        last
-    }
-    fn lognormal(&mut self, d: &LogNormal) -> f64 {
-        (d.median.ln() + d.sigma * self.normal()).exp().clamp(d.min, d.max)
-    }
-}
-
 /// Chooses every sample of the dataset (no files are written).
 pub fn plan(spec: &Spec) -> Vec<PlannedSample> {
     (0..spec.count)
@@ -112,12 +79,13 @@ pub fn plan(spec: &Spec) -> Vec<PlannedSample> {
             let size = c.resolutions[rng.pick(c.resolutions.iter().map(|r| r.weight))].size;
             let (fps, duration_s) = if c.modality == "video" {
                 let fps = c.fps[rng.pick(c.fps.iter().map(|f| f.weight))].value;
-                let d = c.duration_s.as_ref().map(|d| rng.lognormal(d)).unwrap_or(1.0);
+                let d = c.duration_s.as_ref().map(|d| rng.lognormal(d.median, d.sigma, d.min, d.max)).unwrap_or(1.0);
                 (fps, (d * 1000.0).round() / 1000.0)
             } else {
                 (0.0, 0.0)
             };
-            let text_tokens = rng.lognormal(&c.text_tokens).round() as u32;
+            let t = &c.text_tokens;
+            let text_tokens = rng.lognormal(t.median, t.sigma, t.min, t.max).round() as u32;
             let ext = match (c.modality.as_str(), c.codec.as_str()) {
                 ("image", "jpeg") => "jpg",
                 ("image", _) => "png",

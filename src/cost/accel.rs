@@ -1,0 +1,244 @@
+//! The accelerator cost model: predicted step seconds of a rank's share of a batch,
+//!
+//! ```text
+//! t = c0 + Σ_i (a · tokens_i + b · tokens_i²)
+//! ```
+//!
+//! the emulated profile's form (`shared/bench/PROTOCOL.md`, "Emulated accelerator") and a common
+//! first-order model of a transformer step: linear layers cost ∝ tokens, attention ∝ tokens².
+//! The planner never reads the profile: it fits `(c0, a, b)` from measured step times by
+//! least squares over the last observations, with a ridge prior towards its starting guess so
+//! the fit is defined from the first step.
+//!
+//! ```
+//! use datahelix::cost::accel::{AccelFit, AccelModel};
+//!
+//! let truth = AccelModel { c0: 0.05, a: 2e-5, b: 1e-9 };
+//! let mut fit = AccelFit::new(AccelModel { c0: 0.01, a: 1e-5, b: 0.0 }, 256);
+//! for k in 1..40u64 {
+//!     let tokens = [1000 * k, 300 * (k % 7 + 1), 5000];
+//!     fit.observe(&tokens, truth.step_seconds(&tokens));
+//! }
+//! let m = fit.model();
+//! assert!((m.step_seconds(&[4000, 4000]) - truth.step_seconds(&[4000, 4000])).abs() < 1e-3);
+//! ```
+//!
+//! Tokens of a sample follow the protocol (`text + ceil(F/2)·(H'/28)·(W'/28)`); for a video
+//! generation model, latents (`frames/4 × H/8 × W/8`) are used instead ([`TokenFormula`]).
+
+use serde::{Deserialize, Serialize};
+
+/// `(c0, a, b)` of `t = c0 + Σ (a·tok + b·tok²)`, seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AccelModel {
+    /// Per-step constant (seconds).
+    pub c0: f64,
+    /// Seconds per token.
+    pub a: f64,
+    /// Seconds per token squared (attention).
+    pub b: f64,
+}
+
+impl AccelModel {
+    /// Seconds one sample adds to its rank's step.
+    pub fn sample_seconds(&self, tokens: u64) -> f64 {
+        let t = tokens as f64;
+        (self.a * t + self.b * t * t).max(0.0)
+    }
+
+    /// Predicted step seconds of a rank holding samples with these token counts.
+    pub fn step_seconds(&self, tokens: &[u64]) -> f64 {
+        self.c0.max(0.0) + tokens.iter().map(|&t| self.sample_seconds(t)).sum::<f64>()
+    }
+}
+
+/// Which count of a sample the accelerator's cost follows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenFormula {
+    /// Vision-language tokens: `text + ceil(F/2)·(H'/28)·(W'/28)` (the protocol's).
+    #[default]
+    Tokens,
+    /// Video-generation latents: `ceil(F/4)·(H'/8)·(W'/8)` (a 4×8×8 VAE), plus text tokens.
+    Latents,
+}
+
+impl TokenFormula {
+    /// The count for a sample of `frames` frames of `height × width` output pixels.
+    pub fn count(self, text_tokens: u32, frames: u32, height: u32, width: u32) -> u64 {
+        let (f, h, w) = (frames as u64, height as u64, width as u64);
+        match self {
+            TokenFormula::Tokens => text_tokens as u64 + f.div_ceil(2) * (h / 28) * (w / 28),
+            TokenFormula::Latents => text_tokens as u64 + f.div_ceil(4) * (h / 8) * (w / 8),
+        }
+    }
+}
+
+/// One step of one rank: its samples' token sums and the measured seconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Observation {
+    sum_tokens: f64,
+    sum_tokens_sq: f64,
+    seconds: f64,
+}
+
+/// Online least-squares fit of an [`AccelModel`] over a sliding window of observations.
+///
+/// The solve is a 3×3 ridge-regularised normal-equations system, recomputed from the window in
+/// observation order, so two fits fed the same observations hold bit-identical models.
+#[derive(Clone, Debug)]
+pub struct AccelFit {
+    prior: AccelModel,
+    window: usize,
+    obs: std::collections::VecDeque<Observation>,
+    model: AccelModel,
+}
+
+impl AccelFit {
+    /// A fit starting from `prior`, remembering the last `window` observations.
+    pub fn new(prior: AccelModel, window: usize) -> AccelFit {
+        AccelFit { prior, window: window.max(1), obs: Default::default(), model: prior }
+    }
+
+    /// Adds one measured step of one rank (the token counts of the samples it ran).
+    pub fn observe(&mut self, tokens: &[u64], seconds: f64) {
+        if !seconds.is_finite() || seconds < 0.0 {
+            return;
+        }
+        let sum_tokens = tokens.iter().map(|&t| t as f64).sum();
+        let sum_tokens_sq = tokens.iter().map(|&t| (t as f64) * (t as f64)).sum();
+        self.observe_sums(sum_tokens, sum_tokens_sq, seconds);
+    }
+
+    /// Adds one observation given as sums (what the all-gathered step record carries).
+    pub fn observe_sums(&mut self, sum_tokens: f64, sum_tokens_sq: f64, seconds: f64) {
+        if !(seconds.is_finite() && sum_tokens.is_finite() && sum_tokens_sq.is_finite()) || seconds < 0.0 {
+            return;
+        }
+        if self.obs.len() == self.window {
+            self.obs.pop_front();
+        }
+        self.obs.push_back(Observation { sum_tokens, sum_tokens_sq, seconds });
+        self.model = self.solve();
+    }
+
+    /// Observations held.
+    pub fn len(&self) -> usize {
+        self.obs.len()
+    }
+
+    /// True before the first observation.
+    pub fn is_empty(&self) -> bool {
+        self.obs.is_empty()
+    }
+
+    /// The current model.
+    pub fn model(&self) -> AccelModel {
+        self.model
+    }
+
+    fn solve(&self) -> AccelModel {
+        // Columns are scaled to comparable magnitudes before solving: tokens ~1e4, tokens² ~1e9.
+        let s1 = self.obs.iter().map(|o| o.sum_tokens).fold(1.0f64, f64::max);
+        let s2 = self.obs.iter().map(|o| o.sum_tokens_sq).fold(1.0f64, f64::max);
+        let p = [self.prior.c0, self.prior.a * s1, self.prior.b * s2];
+        // Ridge towards the prior: a pull of one millionth of the data, enough to define the solve
+        // before three independent observations exist.
+        let lambda = 1e-6 * (self.obs.len() as f64).max(1.0);
+        let mut m = [[0.0f64; 3]; 3];
+        let mut v = [0.0f64; 3];
+        for i in 0..3 {
+            m[i][i] = lambda;
+            v[i] = lambda * p[i];
+        }
+        for o in &self.obs {
+            let x = [1.0, o.sum_tokens / s1, o.sum_tokens_sq / s2];
+            for i in 0..3 {
+                for j in 0..3 {
+                    m[i][j] += x[i] * x[j];
+                }
+                v[i] += x[i] * o.seconds;
+            }
+        }
+        match solve3(m, v) {
+            Some(c) => {
+                let model = AccelModel { c0: c[0], a: c[1] / s1, b: c[2] / s2 };
+                if model.c0.is_finite() && model.a.is_finite() && model.b.is_finite() {
+                    model
+                } else {
+                    self.prior
+                }
+            }
+            None => self.prior,
+        }
+    }
+}
+
+/// Gaussian elimination with partial pivoting on a 3×3 system.
+fn solve3(mut m: [[f64; 3]; 3], mut v: [f64; 3]) -> Option<[f64; 3]> {
+    for col in 0..3 {
+        let pivot = (col..3).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))?;
+        if m[pivot][col].abs() < 1e-300 {
+            return None;
+        }
+        m.swap(col, pivot);
+        v.swap(col, pivot);
+        for row in col + 1..3 {
+            let f = m[row][col] / m[col][col];
+            for k in col..3 {
+                m[row][k] -= f * m[col][k];
+            }
+            v[row] -= f * v[col];
+        }
+    }
+    let mut x = [0.0f64; 3];
+    for row in (0..3).rev() {
+        let mut acc = v[row];
+        for k in row + 1..3 {
+            acc -= m[row][k] * x[k];
+        }
+        x[row] = acc / m[row][row];
+    }
+    Some(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_formulas() {
+        assert_eq!(TokenFormula::Tokens.count(10, 16, 448, 448), 10 + 8 * 16 * 16);
+        assert_eq!(TokenFormula::Tokens.count(0, 1, 28, 56), 2);
+        assert_eq!(TokenFormula::Latents.count(0, 17, 448, 448), 5 * 56 * 56);
+    }
+
+    #[test]
+    fn fit_recovers_the_profile_and_is_deterministic() {
+        let truth = AccelModel { c0: 0.08, a: 3e-5, b: 2e-9 };
+        let mut f1 = AccelFit::new(AccelModel { c0: 0.0, a: 1e-5, b: 0.0 }, 64);
+        let mut f2 = f1.clone();
+        for k in 0..200u64 {
+            let toks = [(k * 7919) % 9000 + 100, (k * 104729) % 3000 + 50, (k % 5) * 2000];
+            let noise = 1.0 + 0.01 * (((k * 2654435761) % 100) as f64 / 100.0 - 0.5);
+            f1.observe(&toks, truth.step_seconds(&toks) * noise);
+            f2.observe(&toks, truth.step_seconds(&toks) * noise);
+        }
+        assert_eq!(f1.model(), f2.model());
+        let m = f1.model();
+        for toks in [[500u64, 500, 500], [9000, 100, 0], [4000, 4000, 4000]] {
+            let (p, t) = (m.step_seconds(&toks), truth.step_seconds(&toks));
+            assert!((p - t).abs() / t < 0.02, "predicted {p} vs {t}");
+        }
+    }
+
+    #[test]
+    fn the_prior_holds_before_any_observation_and_bad_ones_are_ignored() {
+        let prior = AccelModel { c0: 0.1, a: 1e-5, b: 1e-10 };
+        let mut f = AccelFit::new(prior, 8);
+        assert_eq!(f.model(), prior);
+        f.observe(&[100], f64::NAN);
+        f.observe(&[100], -1.0);
+        assert!(f.is_empty());
+    }
+}

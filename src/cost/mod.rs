@@ -1,0 +1,8 @@
+//! Cost models the planner predicts with. Plain Rust, deterministic: every rank feeds the same
+//! all-gathered observations in the same order and so holds bit-identical parameters.
+//!
+//! - [`accel`]: accelerator seconds of a rank's share, `c0 + Σ (a·tokens + b·tokens²)`, fitted
+//!   online from measured step times.
+//! - Decode seconds live with the decoder (`decode::cost`); transfer seconds with the collectives.
+
+pub mod accel;

@@ -1,0 +1,254 @@
+//! Splitting one global batch across ranks so that the largest predicted accelerator time is as
+//! small as possible, under each rank's memory cap (multiway number partitioning, NP-hard; the
+//! planner uses LPT as the seed and a bounded local search on top).
+//!
+//! Weights are integer nanoseconds, so sums are exact and every rank computes the same split.
+//!
+//! ```
+//! use datahelix::plan::batching::{loads, lower_bound, lpt, local_search, Items};
+//!
+//! let weight = [9, 7, 6, 5, 5, 4, 3, 3];
+//! let ids: Vec<u64> = (0..8).collect();
+//! let items = Items { weight: &weight, mem: &[0; 8], id: &ids };
+//! let mut owner = lpt(&items, 3, &[0; 3]);
+//! local_search(&items, &[0; 3], &mut owner, 3, 100);
+//! let l = loads(&items, &owner, 3);
+//! assert_eq!(*l.iter().max().unwrap(), lower_bound(&items, 3)); // 42 / 3 = 14
+//! ```
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+
+/// The items of one batch, by index: weight (ns of accelerator time), memory (bytes), id.
+#[derive(Clone, Copy, Debug)]
+pub struct Items<'a> {
+    /// Accelerator nanoseconds of each item.
+    pub weight: &'a [u64],
+    /// Decoded bytes of each item.
+    pub mem: &'a [u64],
+    /// Id of each item (ties).
+    pub id: &'a [u64],
+}
+
+impl Items<'_> {
+    fn len(&self) -> usize {
+        self.weight.len()
+    }
+}
+
+/// Load (sum of weights) per rank.
+pub fn loads(items: &Items<'_>, owner: &[u32], ranks: usize) -> Vec<u64> {
+    let mut l = vec![0u64; ranks];
+    for (i, &o) in owner.iter().enumerate() {
+        l[o as usize] += items.weight[i];
+    }
+    l
+}
+
+/// `max(ceil(total / R), largest item)`: no split can do better.
+pub fn lower_bound(items: &Items<'_>, ranks: usize) -> u64 {
+    let total: u64 = items.weight.iter().sum();
+    let largest = items.weight.iter().copied().max().unwrap_or(0);
+    total.div_ceil(ranks.max(1) as u64).max(largest)
+}
+
+/// DistributedSampler's split: position p to rank p mod R.
+pub fn strided(n: usize, ranks: usize) -> Vec<u32> {
+    (0..n).map(|p| (p % ranks.max(1)) as u32).collect()
+}
+
+fn fits(cap: &[u64], used: &[u64], r: usize, mem: u64) -> bool {
+    cap[r] == 0 || used[r] + mem <= cap[r]
+}
+
+/// Items by weight descending, then id ascending (the order both heuristics consume them in).
+fn heaviest_first(items: &Items<'_>) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_unstable_by_key(|&i| (Reverse(items.weight[i]), items.id[i]));
+    order
+}
+
+/// Longest processing time first: each item, heaviest first, to the least-loaded rank that has
+/// memory for it (ties to the lower rank). Where no rank has room, the one with most room left.
+pub fn lpt(items: &Items<'_>, ranks: usize, cap: &[u64]) -> Vec<u32> {
+    let mut owner = vec![0u32; items.len()];
+    let mut used = vec![0u64; ranks];
+    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..ranks).map(|r| Reverse((0, r))).collect();
+    let mut skipped = Vec::new();
+    for i in heaviest_first(items) {
+        let mut chosen = None;
+        while let Some(Reverse((load, r))) = heap.pop() {
+            if fits(cap, &used, r, items.mem[i]) {
+                chosen = Some((load, r));
+                break;
+            }
+            skipped.push(Reverse((load, r)));
+        }
+        let (load, r) = chosen.unwrap_or_else(|| {
+            // Nobody has room: the rank with most room left takes it (reported as a cap violation).
+            let r = (0..ranks).max_by_key(|&r| (cap[r].saturating_sub(used[r]), Reverse(r))).unwrap_or(0);
+            let pos = skipped.iter().position(|e| e.0 .1 == r).expect("every rank was popped");
+            skipped.swap_remove(pos).0
+        });
+        owner[i] = r as u32;
+        used[r] += items.mem[i];
+        heap.push(Reverse((load + items.weight[i], r)));
+        heap.extend(skipped.drain(..));
+    }
+    owner
+}
+
+/// Moves and swaps off the most-loaded rank, while its load can be brought below the current
+/// maximum without pushing another rank to or above it. At most `rounds` changes. Deterministic:
+/// candidates are scanned in (load, rank) and (weight, id) order.
+pub fn local_search(items: &Items<'_>, cap: &[u64], owner: &mut [u32], ranks: usize, rounds: u32) {
+    const TARGETS: usize = 8;
+    let lb = lower_bound(items, ranks);
+    let mut load = loads(items, owner, ranks);
+    let mut used = vec![0u64; ranks];
+    let mut held: Vec<Vec<usize>> = vec![Vec::new(); ranks];
+    for (i, &o) in owner.iter().enumerate() {
+        used[o as usize] += items.mem[i];
+        held[o as usize].push(i);
+    }
+    let mut by_load: BTreeSet<(u64, usize)> = (0..ranks).map(|r| (load[r], r)).collect();
+    for _ in 0..rounds {
+        let Some(&(max, m)) = by_load.iter().next_back() else { return };
+        if max <= lb {
+            return; // optimal
+        }
+        // Best change: (resulting larger of the two loads, kind, item on m, target, item on target).
+        let mut best: Option<(u64, usize, usize, usize, Option<usize>)> = None;
+        let targets: Vec<(u64, usize)> = by_load.iter().filter(|&&(_, r)| r != m).take(TARGETS).copied().collect();
+        for &i in &held[m] {
+            let wi = items.weight[i];
+            for &(ln, n) in &targets {
+                // Move i from m to n.
+                if ln + wi < max && fits(cap, &used, n, items.mem[i]) {
+                    let worst = (max - wi).max(ln + wi);
+                    if best.is_none_or(|b| (worst, items.id[i]) < (b.0, items.id[b.2])) {
+                        best = Some((worst, 0, i, n, None));
+                    }
+                }
+                // Swap i with a lighter j of n.
+                for &j in &held[n] {
+                    let wj = items.weight[j];
+                    if wj >= wi || ln + wi - wj >= max {
+                        continue;
+                    }
+                    let mem_ok = (cap[n] == 0 || used[n] - items.mem[j] + items.mem[i] <= cap[n])
+                        && (cap[m] == 0 || used[m] - items.mem[i] + items.mem[j] <= cap[m]);
+                    if !mem_ok {
+                        continue;
+                    }
+                    let worst = (max - wi + wj).max(ln + wi - wj);
+                    if best.is_none_or(|b| worst < b.0) {
+                        best = Some((worst, 1, i, n, Some(j)));
+                    }
+                }
+            }
+        }
+        let Some((_, _, i, n, swap)) = best else { return };
+        let mut shift = |item: usize, from: usize, to: usize, load: &mut Vec<u64>| {
+            by_load.remove(&(load[from], from));
+            by_load.remove(&(load[to], to));
+            load[from] -= items.weight[item];
+            load[to] += items.weight[item];
+            used[from] -= items.mem[item];
+            used[to] += items.mem[item];
+            by_load.insert((load[from], from));
+            by_load.insert((load[to], to));
+            owner[item] = to as u32;
+            let pos = held[from].iter().position(|&x| x == item).expect("item is held by its owner");
+            held[from].swap_remove(pos);
+            held[to].push(item);
+        };
+        shift(i, m, n, &mut load);
+        if let Some(j) = swap {
+            shift(j, n, m, &mut load);
+        }
+    }
+}
+
+/// Karmarkar–Karp largest differencing, R-way: repeatedly merge the two partial partitions whose
+/// spread (largest minus smallest subset) is largest, pairing one's largest subset with the
+/// other's smallest. Ignores memory caps (a comparison baseline).
+pub fn karmarkar_karp(items: &Items<'_>, ranks: usize) -> Vec<u32> {
+    let ranks = ranks.max(1);
+    // A partial partition: R subsets (sum, items), kept sorted by sum descending.
+    type Partition = Vec<(u64, Vec<usize>)>;
+    let spread = |p: &Partition| p[0].0 - p[p.len() - 1].0;
+    let mut heap: BinaryHeap<(u64, Reverse<u64>, usize)> = BinaryHeap::new();
+    let mut parts: Vec<Option<Partition>> = Vec::with_capacity(items.len());
+    for i in heaviest_first(items) {
+        let mut p: Partition = vec![(0, Vec::new()); ranks];
+        p[0] = (items.weight[i], vec![i]);
+        heap.push((spread(&p), Reverse(items.id[i]), parts.len()));
+        parts.push(Some(p));
+    }
+    while heap.len() > 1 {
+        let (_, key_a, a) = heap.pop().expect("len > 1");
+        let (_, _, b) = heap.pop().expect("len > 1");
+        let (pa, pb) = (parts[a].take().expect("live"), parts[b].take().expect("live"));
+        let mut merged: Partition = pa
+            .into_iter()
+            .zip(pb.into_iter().rev())
+            .map(|((sa, mut ia), (sb, ib))| {
+                ia.extend(ib);
+                (sa + sb, ia)
+            })
+            .collect();
+        merged.sort_by(|x, y| y.0.cmp(&x.0).then_with(|| x.1.first().cmp(&y.1.first())));
+        heap.push((spread(&merged), key_a, parts.len()));
+        parts.push(Some(merged));
+    }
+    let mut owner = vec![0u32; items.len()];
+    if let Some((_, _, last)) = heap.pop() {
+        // Subsets are ordered by sum descending; give them to ranks in that order.
+        for (r, (_, members)) in parts[last].take().expect("live").into_iter().enumerate() {
+            for i in members {
+                owner[i] = r as u32;
+            }
+        }
+    }
+    owner
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items<'a>(w: &'a [u64], m: &'a [u64], id: &'a [u64]) -> Items<'a> {
+        Items { weight: w, mem: m, id }
+    }
+
+    #[test]
+    fn lpt_respects_caps_and_local_search_improves_on_it() {
+        // Classic LPT worst case for 2 machines: 3,3,2,2,2 → LPT 7 vs optimum 6.
+        let w = [3, 3, 2, 2, 2];
+        let id = [0, 1, 2, 3, 4];
+        let it = items(&w, &[0; 5], &id);
+        let mut owner = lpt(&it, 2, &[0, 0]);
+        assert_eq!(loads(&it, &owner, 2).iter().max(), Some(&7));
+        local_search(&it, &[0, 0], &mut owner, 2, 10);
+        assert_eq!(loads(&it, &owner, 2).iter().max(), Some(&6));
+
+        // Caps: rank 0 may hold only 10 bytes.
+        let mem = [10, 10, 1, 1, 1];
+        let it = items(&w, &mem, &id);
+        let owner = lpt(&it, 2, &[10, 0]);
+        let used0: u64 = owner.iter().enumerate().filter(|(_, &o)| o == 0).map(|(i, _)| mem[i]).sum();
+        assert!(used0 <= 10);
+    }
+
+    #[test]
+    fn karmarkar_karp_is_a_partition() {
+        let w: Vec<u64> = (1..=40).map(|x| x * x).collect();
+        let id: Vec<u64> = (0..40).collect();
+        let it = items(&w, &[0; 40], &id);
+        let owner = karmarkar_karp(&it, 4);
+        let l = loads(&it, &owner, 4);
+        assert_eq!(l.iter().sum::<u64>(), w.iter().sum::<u64>());
+        assert!(*l.iter().max().unwrap() as f64 <= lower_bound(&it, 4) as f64 * 1.02);
+    }
+}

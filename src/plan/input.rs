@@ -1,0 +1,154 @@
+//! What a plan is a function of: [`PlanInput`], one value holding everything every rank agrees on.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cost::accel::AccelModel;
+
+/// One sample of the global batches being planned.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SampleIn {
+    /// Sample id (ties are broken by it).
+    pub id: u64,
+    /// Which planned step it belongs to: 0 for step s+1, 1 for s+2, … (lookahead).
+    pub step: u32,
+    /// Tokens (or latents) it gives the accelerator.
+    pub tokens: u64,
+    /// Predicted decode seconds on one worker (from the decode-cost model).
+    pub decode_s: f64,
+    /// Decoded tensor bytes (what moves if another rank decodes it).
+    pub bytes: u64,
+}
+
+/// What a rank contributes to the plan (from its all-gathered step record).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RankState {
+    /// Decode workers of this rank (its CPU budget).
+    pub workers: u32,
+    /// Seconds from now until its accelerator finishes the current step: the deadline of its
+    /// batch for step s+1.
+    pub accel_free_s: f64,
+    /// Seconds of decode work already queued on its workers (not part of this plan).
+    pub queued_cpu_s: f64,
+    /// Bytes of decoded tensors it may hold for one step (0: no cap).
+    pub mem_cap: u64,
+}
+
+/// Transfer seconds of a message: `α + bytes/β`, by size band (the collectives' model).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TransferCost {
+    /// Bands `(up_to_bytes, alpha_s, beta_bytes_per_s)`, ascending; the last covers everything.
+    pub bands: Vec<(u64, f64, f64)>,
+}
+
+impl TransferCost {
+    /// One band for every size.
+    pub fn linear(alpha_s: f64, beta_bytes_per_s: f64) -> TransferCost {
+        TransferCost { bands: vec![(u64::MAX, alpha_s, beta_bytes_per_s)] }
+    }
+
+    /// Predicted seconds to move `bytes` between two ranks.
+    pub fn seconds(&self, bytes: u64) -> f64 {
+        let band = self.bands.iter().find(|b| bytes <= b.0).or(self.bands.last());
+        match band {
+            Some(&(_, alpha, beta)) if beta > 0.0 => alpha + bytes as f64 / beta,
+            Some(&(_, alpha, _)) => alpha,
+            None => 0.0,
+        }
+    }
+}
+
+/// How the global batch is split across ranks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Batching {
+    /// DistributedSampler: position p of the batch to rank p mod R (the rank-local baseline).
+    Strided,
+    /// Longest processing time first: heaviest sample to the least-loaded rank.
+    Lpt,
+    /// LPT, then moves and swaps off the most-loaded rank while the maximum drops.
+    #[default]
+    LptLocalSearch,
+    /// Karmarkar–Karp largest differencing, R-way (for comparison).
+    KarmarkarKarp,
+}
+
+/// Knobs of the planner. Part of the input: two ranks with different options plan differently.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanOptions {
+    /// How to split each global batch.
+    pub batching: Batching,
+    /// Whether samples may be decoded away from their owner (deadline-aware placement).
+    pub placement: bool,
+    /// Bound on local-search rounds per step.
+    pub local_search_rounds: u32,
+    /// Whether placement may also swap the owners of two samples (joint batching + placement).
+    pub swap_owners: bool,
+    /// Bound on placement changes per plan.
+    pub placement_moves: u32,
+    /// Helper ranks tried per move.
+    pub helpers_per_move: u32,
+    /// Input wait above which a batch counts as a miss (seconds; the protocol's 1 ms).
+    pub miss_tolerance_s: f64,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            batching: Batching::LptLocalSearch,
+            placement: true,
+            swap_owners: true,
+            local_search_rounds: 4096,
+            placement_moves: 4096,
+            helpers_per_move: 8,
+            miss_tolerance_s: 0.001,
+        }
+    }
+}
+
+/// Everything a plan is a function of.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanInput {
+    /// The step the first planned batch belongs to (s+1).
+    pub first_step: u64,
+    /// The global batches of the planned steps, samples in sampler order within each step.
+    pub samples: Vec<SampleIn>,
+    /// Per rank, in rank order.
+    pub ranks: Vec<RankState>,
+    /// The accelerator model's current parameters.
+    pub accel: AccelModel,
+    /// The transfer model's current parameters.
+    pub transfer: TransferCost,
+    /// Planner knobs.
+    pub options: PlanOptions,
+}
+
+impl PlanInput {
+    /// Number of planned steps (lookahead).
+    pub fn steps(&self) -> usize {
+        self.samples.iter().map(|s| s.step as usize + 1).max().unwrap_or(0)
+    }
+
+    /// Checks what the planner relies on; says which sample or rank is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.ranks.is_empty() {
+            return Err("no ranks".into());
+        }
+        for (r, s) in self.ranks.iter().enumerate() {
+            if s.workers == 0 {
+                return Err(format!("rank {r} has no decode workers"));
+            }
+            if !(s.accel_free_s.is_finite() && s.queued_cpu_s.is_finite() && s.queued_cpu_s >= 0.0) {
+                return Err(format!("rank {r}: accel_free_s and queued_cpu_s must be finite, queued ≥ 0"));
+            }
+        }
+        for s in &self.samples {
+            if !(s.decode_s.is_finite() && s.decode_s >= 0.0) {
+                return Err(format!("sample {}: decode_s must be finite and ≥ 0", s.id));
+            }
+        }
+        if self.steps() > 1024 {
+            return Err("more than 1024 lookahead steps".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,363 @@
+//! Deadline-aware decode placement: which rank's CPUs decode each sample, and in what order —
+//! decided jointly with a last adjustment of which rank trains it.
+//!
+//! Each rank's workers run earliest-deadline-first (ties: the longer job first, then the id). A
+//! batch is late when its last sample arrives after the owner's deadline (the end of its current
+//! accelerator window). While a batch is predicted late, the planner tries, for its last-arriving
+//! samples and the ranks with the most slack:
+//!
+//! - **offload**: decode the sample on the other rank and send the tensor (it must then arrive in
+//!   time, decode + transfer);
+//! - **swap owners**: give the sample to the other rank to train, taking back one of the other's
+//!   samples of the nearest accelerator weight, when neither rank then exceeds the step's current
+//!   largest accelerator load (a decode-heavy sample goes to the rank whose window is longer or
+//!   whose CPUs are idle, without unbalancing the accelerators).
+//!
+//! It keeps the first change that improves the objective, in this order: fewer misses, less total
+//! lateness (fewer bytes moved breaks ties between plans: offloads are only made to improve the
+//! first two). All times are integer nanoseconds: exact and rank-independent.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+
+/// A placement problem: samples with owners, and each rank's workers, backlog and deadlines.
+#[derive(Clone, Debug)]
+pub struct Problem {
+    /// Lookahead steps.
+    pub steps: usize,
+    /// Per sample: planned step (0-based).
+    pub step: Vec<u32>,
+    /// Per sample: owner rank (from batching).
+    pub owner: Vec<u32>,
+    /// Per sample: accelerator nanoseconds (for owner swaps).
+    pub accel_ns: Vec<i64>,
+    /// Per step: the largest accelerator load of a rank, which owner swaps may not exceed.
+    pub max_load_ns: Vec<i64>,
+    /// Per sample: decode nanoseconds on one worker.
+    pub decode_ns: Vec<i64>,
+    /// Per sample: nanoseconds to send its tensor to another rank.
+    pub transfer_ns: Vec<i64>,
+    /// Per sample: decoded bytes.
+    pub bytes: Vec<u64>,
+    /// Per sample: id (ties).
+    pub id: Vec<u64>,
+    /// Per rank: decode workers.
+    pub workers: Vec<u32>,
+    /// Per rank: when its workers free up from already-queued work.
+    pub backlog_ns: Vec<i64>,
+    /// Per rank and step (`r * steps + k`): the batch's deadline.
+    pub deadline_ns: Vec<i64>,
+    /// Input wait that counts as a miss.
+    pub tolerance_ns: i64,
+}
+
+/// Bounds of the search.
+#[derive(Clone, Copy, Debug)]
+pub struct Search {
+    /// Offloads allowed.
+    pub offload: bool,
+    /// Owner swaps allowed.
+    pub swap_owners: bool,
+    /// Changes kept at most.
+    pub max_moves: u32,
+    /// Other ranks tried per late batch.
+    pub helpers: u32,
+}
+
+/// The outcome: owner and decoder per sample, decode order per rank, predicted readiness.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Per sample: the rank that trains it (batching's choice unless swapped).
+    pub owner: Vec<u32>,
+    /// Per sample: the rank that decodes it.
+    pub decoder: Vec<u32>,
+    /// Per rank: sample indices in the order its workers take them.
+    pub order: Vec<Vec<u32>>,
+    /// Per sample: predicted arrival at its owner.
+    pub arrival_ns: Vec<i64>,
+    /// Per batch (`r * steps + k`): predicted time its last sample arrives (0 when empty).
+    pub ready_ns: Vec<i64>,
+    /// Predicted misses.
+    pub misses: u64,
+    /// Total predicted lateness.
+    pub lateness_ns: i64,
+    /// Bytes of tensors sent between ranks.
+    pub bytes_moved: u64,
+    /// Offloads kept.
+    pub offloads: u32,
+    /// Owner swaps kept.
+    pub swaps: u32,
+}
+
+/// `(misses, lateness)` of a set of batches.
+type Objective = (u64, i64);
+
+struct State<'a> {
+    p: &'a Problem,
+    ranks: usize,
+    owner: Vec<u32>,
+    decoder: Vec<u32>,
+    pools: Vec<Vec<u32>>,
+    arrival: Vec<i64>,
+    batch_samples: Vec<Vec<u32>>,
+    ready: Vec<i64>,
+    load: Vec<i64>,
+}
+
+impl<'a> State<'a> {
+    fn new(p: &'a Problem) -> State<'a> {
+        let ranks = p.workers.len();
+        let mut s = State {
+            p,
+            ranks,
+            owner: p.owner.clone(),
+            decoder: p.owner.clone(),
+            pools: vec![Vec::new(); ranks],
+            arrival: vec![0; p.owner.len()],
+            batch_samples: vec![Vec::new(); ranks * p.steps],
+            ready: vec![0; ranks * p.steps],
+            load: vec![0; ranks * p.steps],
+        };
+        for i in 0..p.owner.len() {
+            s.pools[p.owner[i] as usize].push(i as u32);
+            let b = s.batch_of(i);
+            s.batch_samples[b].push(i as u32);
+            s.load[b] += p.accel_ns[i];
+        }
+        for h in 0..ranks {
+            s.simulate(h);
+        }
+        for b in 0..s.ready.len() {
+            s.ready[b] = s.batch_ready(b);
+        }
+        s
+    }
+
+    fn batch_of(&self, i: usize) -> usize {
+        self.owner[i] as usize * self.p.steps + self.p.step[i] as usize
+    }
+
+    fn remote(&self, i: usize) -> bool {
+        self.decoder[i] != self.owner[i]
+    }
+
+    /// The deadline a job must finish by on its decoder (the owner's, less the transfer).
+    fn job_deadline(&self, i: usize) -> i64 {
+        let d = self.p.deadline_ns[self.batch_of(i)];
+        if self.remote(i) {
+            d - self.p.transfer_ns[i]
+        } else {
+            d
+        }
+    }
+
+    /// Earliest-deadline-first list scheduling of pool `h`; writes arrivals of its jobs.
+    fn simulate(&mut self, h: usize) {
+        let mut jobs = std::mem::take(&mut self.pools[h]);
+        jobs.sort_by_key(|&i| {
+            let i = i as usize;
+            (self.job_deadline(i), Reverse(self.p.decode_ns[i]), self.p.id[i], i)
+        });
+        let w = self.p.workers[h].max(1) as usize;
+        let mut free: BinaryHeap<Reverse<(i64, usize)>> = (0..w).map(|k| Reverse((self.p.backlog_ns[h], k))).collect();
+        for &i in &jobs {
+            let i = i as usize;
+            let Reverse((t, k)) = free.pop().expect("at least one worker");
+            let done = t + self.p.decode_ns[i];
+            free.push(Reverse((done, k)));
+            self.arrival[i] = if self.remote(i) { done + self.p.transfer_ns[i] } else { done };
+        }
+        self.pools[h] = jobs;
+    }
+
+    fn batch_ready(&self, b: usize) -> i64 {
+        self.batch_samples[b].iter().map(|&i| self.arrival[i as usize]).max().unwrap_or(0)
+    }
+
+    fn objective_of(&self, batches: &[usize]) -> Objective {
+        let mut o = (0u64, 0i64);
+        for &b in batches {
+            let late = self.ready[b] - self.p.deadline_ns[b];
+            o.0 += (late > self.p.tolerance_ns) as u64;
+            o.1 += late.max(0);
+        }
+        o
+    }
+
+    /// Batches whose readiness depends on pools `a` or `b`, or that belong to ranks `a` or `b`.
+    fn affected(&self, a: usize, b: usize) -> Vec<usize> {
+        let steps = self.p.steps;
+        let mut out: Vec<usize> = self.pools[a].iter().chain(&self.pools[b]).map(|&i| self.batch_of(i as usize)).collect();
+        out.extend((0..steps).map(|k| a * steps + k));
+        out.extend((0..steps).map(|k| b * steps + k));
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    fn move_job(&mut self, i: usize, from: usize, to: usize) {
+        let pos = self.pools[from].iter().position(|&x| x as usize == i).expect("job is in its pool");
+        self.pools[from].swap_remove(pos);
+        self.pools[to].push(i as u32);
+        self.decoder[i] = to as u32;
+    }
+
+    fn refresh(&mut self, a: usize, b: usize, batches: &[usize]) -> Objective {
+        self.simulate(a);
+        self.simulate(b);
+        for &x in batches {
+            self.ready[x] = self.batch_ready(x);
+        }
+        self.objective_of(batches)
+    }
+
+    /// Decodes sample `i` on rank `to`. Returns the objective over the affected batches before
+    /// and after, and those batches. (Moving a job between two pools leaves the union of their
+    /// jobs unchanged, so the same batches depend on them before and after.)
+    fn relocate(&mut self, i: usize, to: usize) -> (Objective, Objective, Vec<usize>) {
+        let from = self.decoder[i] as usize;
+        let batches = self.affected(from, to);
+        let before = self.objective_of(&batches);
+        self.move_job(i, from, to);
+        let after = self.refresh(from, to, &batches);
+        (before, after, batches)
+    }
+
+    /// Exchanges the owners of `i` (owned and decoded by one rank) and `j` (owned and decoded by
+    /// another): each is then trained and decoded where the other was. Its own inverse.
+    fn swap_owners(&mut self, i: usize, j: usize) -> (Objective, Objective, Vec<usize>) {
+        let (a, b) = (self.owner[i] as usize, self.owner[j] as usize);
+        let mut batches = self.affected(a, b);
+        let before = self.objective_of(&batches);
+        for (x, from, to) in [(i, a, b), (j, b, a)] {
+            let old = self.batch_of(x);
+            self.batch_samples[old].retain(|&y| y as usize != x);
+            self.load[old] -= self.p.accel_ns[x];
+            self.owner[x] = to as u32;
+            let new = self.batch_of(x);
+            self.batch_samples[new].push(x as u32);
+            self.load[new] += self.p.accel_ns[x];
+            self.move_job(x, from, to);
+            batches.push(new);
+        }
+        batches.sort_unstable();
+        batches.dedup();
+        let after = self.refresh(a, b, &batches);
+        (before, after, batches)
+    }
+
+    /// For swapping out `i`: the sample of rank `q`'s batch of the same step, owned and decoded
+    /// there, whose accelerator weight is nearest to `i`'s, if the swap keeps both ranks' loads
+    /// within the step's largest load.
+    fn swap_partner(&self, i: usize, q: usize) -> Option<usize> {
+        let k = self.p.step[i] as usize;
+        let o = self.owner[i] as usize;
+        let (bo, bq) = (o * self.p.steps + k, q * self.p.steps + k);
+        let cap = self.p.max_load_ns[k];
+        let wi = self.p.accel_ns[i];
+        self.batch_samples[bq]
+            .iter()
+            .map(|&j| j as usize)
+            .filter(|&j| !self.remote(j) && self.p.decode_ns[j] < self.p.decode_ns[i])
+            .filter(|&j| {
+                let wj = self.p.accel_ns[j];
+                self.load[bo] - wi + wj <= cap && self.load[bq] - wj + wi <= cap
+            })
+            .min_by_key(|&j| ((self.p.accel_ns[j] - wi).abs(), self.p.id[j], j))
+    }
+
+    /// How much later rank `h`'s batches could be ready (min over its steps of deadline − ready).
+    fn slack(&self, h: usize) -> i64 {
+        let steps = self.p.steps;
+        (0..steps).map(|k| self.p.deadline_ns[h * steps + k] - self.ready[h * steps + k]).min().unwrap_or(0)
+    }
+}
+
+/// Places decode work: starts from "every sample decoded by its owner" and changes late batches
+/// while the objective improves, at most `search.max_moves` times.
+pub fn place(p: &Problem, search: Search) -> Placement {
+    let mut s = State::new(p);
+    let (mut offloads, mut swaps) = (0u32, 0u32);
+    if (search.offload || search.swap_owners) && s.ranks > 1 {
+        let mut slack_key: Vec<i64> = (0..s.ranks).map(|h| s.slack(h)).collect();
+        let mut by_slack: BTreeSet<(Reverse<i64>, usize)> = (0..s.ranks).map(|h| (Reverse(slack_key[h]), h)).collect();
+        let mut stuck = vec![false; s.ready.len()];
+        while offloads + swaps < search.max_moves {
+            // The latest batch not yet given up on (ties: earlier step, lower rank).
+            let worst = (0..s.ready.len())
+                .filter(|&b| !stuck[b])
+                .map(|b| (s.ready[b] - p.deadline_ns[b], b))
+                .filter(|&(late, _)| late > p.tolerance_ns)
+                .max_by_key(|&(late, b)| (late, Reverse(b % p.steps), Reverse(b / p.steps)));
+            let Some((_, b)) = worst else { break };
+            let owner = b / p.steps;
+            // Its own-decoded samples, last to arrive first.
+            let mut cands: Vec<usize> =
+                s.batch_samples[b].iter().map(|&i| i as usize).filter(|&i| !s.remote(i)).collect();
+            cands.sort_by_key(|&i| (Reverse(s.arrival[i]), Reverse(p.decode_ns[i]), p.id[i], i));
+            cands.truncate(3);
+            // Other ranks whose own batches are all on time, most slack first.
+            let helpers: Vec<usize> = by_slack
+                .iter()
+                .take_while(|&&(Reverse(slack), _)| slack > 0)
+                .map(|&(_, h)| h)
+                .filter(|&h| h != owner)
+                .take(search.helpers.max(1) as usize)
+                .collect();
+            let mut kept: Option<Vec<usize>> = None;
+            'search: for &i in &cands {
+                for &h in &helpers {
+                    if search.offload {
+                        let (before, after, batches) = s.relocate(i, h);
+                        if after < before {
+                            offloads += 1;
+                            kept = Some(batches);
+                            break 'search;
+                        }
+                        s.relocate(i, owner);
+                    }
+                    if search.swap_owners {
+                        if let Some(j) = s.swap_partner(i, h) {
+                            let (before, after, batches) = s.swap_owners(i, j);
+                            if after < before {
+                                swaps += 1;
+                                kept = Some(batches);
+                                break 'search;
+                            }
+                            s.swap_owners(i, j);
+                        }
+                    }
+                }
+            }
+            match kept {
+                Some(batches) => {
+                    let mut touched: Vec<usize> = batches.iter().map(|&x| x / p.steps).collect();
+                    touched.extend(helpers.iter().copied().chain([owner]));
+                    touched.sort_unstable();
+                    touched.dedup();
+                    for r in touched {
+                        by_slack.remove(&(Reverse(slack_key[r]), r));
+                        slack_key[r] = s.slack(r);
+                        by_slack.insert((Reverse(slack_key[r]), r));
+                    }
+                }
+                None => stuck[b] = true,
+            }
+        }
+    }
+    let all: Vec<usize> = (0..s.ready.len()).collect();
+    let (misses, lateness_ns) = s.objective_of(&all);
+    let bytes_moved = (0..s.decoder.len()).filter(|&i| s.remote(i)).map(|i| p.bytes[i]).sum();
+    Placement {
+        owner: s.owner,
+        decoder: s.decoder,
+        order: s.pools,
+        arrival_ns: s.arrival,
+        ready_ns: s.ready,
+        misses,
+        lateness_ns,
+        bytes_moved,
+        offloads,
+        swaps,
+    }
+}
