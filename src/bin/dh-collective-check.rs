@@ -51,6 +51,9 @@ fn main() {
     std::process::exit(code);
 }
 
+/// Bytes rank `src` sends to rank `dst` in a scenario.
+type CountFn = Box<dyn Fn(usize, usize) -> usize>;
+
 /// Per-rank failures, reported at the end.
 struct Checks {
     rank: usize,
@@ -120,7 +123,7 @@ fn run_all_to_all_v(c: &dyn Collective, checks: &mut Checks, name: &str, args: &
 fn semantics(world: &mut World, large: bool) -> i32 {
     let (rank, n) = (world.collective().rank(), world.collective().size());
     let mut checks = Checks { rank, run: 0, failures: Vec::new() };
-    let scenarios: Vec<(&str, Box<dyn Fn(usize, usize) -> usize>)> = vec![
+    let scenarios: Vec<(&str, CountFn)> = vec![
         ("uniform", Box::new(|_, _| 1000)),
         ("all-zero", Box::new(|_, _| 0)),
         ("one-byte", Box::new(|_, _| 1)),

@@ -6,6 +6,8 @@
 
 use clap::{Parser, Subcommand};
 
+pub mod perf;
+
 /// Exit status for "finished, but reported failures".
 pub const EXIT_FAILURES: i32 = 1;
 /// Exit status for bad usage or unusable input.
@@ -22,7 +24,10 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Collective microbenchmark (nccl-tests shape), run under mpirun.
+    Perf(perf::PerfArgs),
+}
 
 /// An error the CLI reports on stderr before exiting with `code`.
 #[derive(Debug)]
@@ -42,7 +47,9 @@ impl CliError {
 
 /// Runs a parsed command line; returns the process exit status.
 pub fn run(cli: Cli) -> i32 {
-    let result: Result<i32, CliError> = match cli.command {};
+    let result: Result<i32, CliError> = match cli.command {
+        Command::Perf(args) => perf::run(args),
+    };
     match result {
         Ok(code) => code,
         Err(e) => {

@@ -75,15 +75,25 @@ impl TransferModel {
         let edges: Vec<u64> = if edges.is_empty() { DEFAULT_EDGES.to_vec() } else { edges.to_vec() };
         let bounds: Vec<u64> = edges.iter().copied().chain([u64::MAX]).collect();
         let mut fitted: Vec<Option<(f64, f64)>> = Vec::new();
+        let mut singles: Vec<Vec<(f64, f64)>> = Vec::new();
         let mut lo = 0u64;
         for &hi in &bounds {
             let pts: Vec<(f64, f64)> =
                 samples.iter().filter(|(b, _)| *b >= lo && *b < hi).map(|&(b, t)| (b as f64, t)).collect();
-            fitted.push(fit_line(&pts));
+            fitted.push(if distinct_x(&pts) >= 2 { fit_line(&pts) } else { None });
+            singles.push(pts);
             lo = hi;
         }
         let all: Vec<(f64, f64)> = samples.iter().map(|&(b, t)| (b as f64, t)).collect();
         let fallback = fit_line(&all).unwrap_or((0.0, 1e-9));
+        // A band with a single size cannot separate α from β: keep the overall slope and fit α.
+        for (f, pts) in fitted.iter_mut().zip(&singles) {
+            if f.is_none() && !pts.is_empty() {
+                let gamma = fallback.1;
+                let alpha = pts.iter().map(|&(x, t)| t - gamma * x).sum::<f64>() / pts.len() as f64;
+                *f = Some((alpha.max(0.0), gamma));
+            }
+        }
         let bands = bounds
             .iter()
             .enumerate()
@@ -172,6 +182,13 @@ impl TransferModel {
         let end = buf.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
         serde_json::from_slice(&buf[..end]).ok()
     }
+}
+
+fn distinct_x(pts: &[(f64, f64)]) -> usize {
+    let mut xs: Vec<u64> = pts.iter().map(|p| p.0.to_bits()).collect();
+    xs.sort_unstable();
+    xs.dedup();
+    xs.len()
 }
 
 /// Least-squares `t = α + γ·B` with `α ≥ 0`, `γ > 0`; `None` without samples.

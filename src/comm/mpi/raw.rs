@@ -226,20 +226,21 @@ impl OwnedComm {
         let mut raw = std::mem::MaybeUninit::<RawComm>::uninit();
         // SAFETY: MPI is initialised (the caller holds the Universe); MPI_Comm_dup writes the new
         // handle into raw on success, which check() confirms before raw is read.
-        check(unsafe { ffi::MPI_Comm_dup(world(), raw.as_mut_ptr()) }, "MPI_Comm_dup")?;
+        let ret = unsafe { ffi::MPI_Comm_dup(world(), raw.as_mut_ptr()) };
+        check(ret, "MPI_Comm_dup")?;
         // SAFETY: initialised by the successful MPI_Comm_dup above.
         let raw = unsafe { raw.assume_init() };
         let mut comm = OwnedComm { raw, rank: 0, size: 0 };
         // SAFETY: raw is a valid communicator; RSMPI_ERRORS_RETURN is a constant handle.
-        check(
-            unsafe { ffi::MPI_Comm_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN) },
-            "MPI_Comm_set_errhandler",
-        )?;
+        let ret = unsafe { ffi::MPI_Comm_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN) };
+        check(ret, "MPI_Comm_set_errhandler")?;
         let (mut rank, mut size): (c_int, c_int) = (0, 0);
         // SAFETY: valid communicator; the calls write one int each.
-        check(unsafe { ffi::MPI_Comm_rank(raw, &mut rank) }, "MPI_Comm_rank")?;
+        let ret = unsafe { ffi::MPI_Comm_rank(raw, &mut rank) };
+        check(ret, "MPI_Comm_rank")?;
         // SAFETY: as above.
-        check(unsafe { ffi::MPI_Comm_size(raw, &mut size) }, "MPI_Comm_size")?;
+        let ret = unsafe { ffi::MPI_Comm_size(raw, &mut size) };
+        check(ret, "MPI_Comm_size")?;
         comm.rank = rank as usize;
         comm.size = size as usize;
         Ok(comm)
@@ -260,10 +261,9 @@ impl OwnedComm {
         let mut flag: c_int = 0;
         let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::zeroed();
         // SAFETY: valid communicator; flag and status are writable locals.
-        check(
-            unsafe { ffi::MPI_Iprobe(ffi::RSMPI_ANY_SOURCE, tag, self.raw, &mut flag, status.as_mut_ptr()) },
-            "MPI_Iprobe",
-        )?;
+        let ret =
+            unsafe { ffi::MPI_Iprobe(ffi::RSMPI_ANY_SOURCE, tag, self.raw, &mut flag, status.as_mut_ptr()) };
+        check(ret, "MPI_Iprobe")?;
         if flag == 0 {
             return Ok(None);
         }
@@ -271,7 +271,8 @@ impl OwnedComm {
         let status = unsafe { status.assume_init() };
         let mut count: c_int = 0;
         // SAFETY: status describes a matched message; count is a writable local.
-        check(unsafe { ffi::MPI_Get_count(&status, u64_type(), &mut count) }, "MPI_Get_count")?;
+        let ret = unsafe { ffi::MPI_Get_count(&status, u64_type(), &mut count) };
+        check(ret, "MPI_Get_count")?;
         Ok(Some((status.MPI_SOURCE as usize, count.max(0) as usize)))
     }
 
@@ -282,25 +283,24 @@ impl OwnedComm {
         let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::zeroed();
         let n = to_c_int(buf.len(), "MPI_Recv")?;
         // SAFETY: buf has room for n u64s; source/tag/communicator are valid; status is writable.
-        check(
-            unsafe {
-                ffi::MPI_Recv(
-                    buf.as_mut_ptr().cast(),
-                    n,
-                    u64_type(),
-                    source as c_int,
-                    tag,
-                    self.raw,
-                    status.as_mut_ptr(),
-                )
-            },
-            "MPI_Recv",
-        )?;
+        let ret = unsafe {
+            ffi::MPI_Recv(
+                buf.as_mut_ptr().cast(),
+                n,
+                u64_type(),
+                source as c_int,
+                tag,
+                self.raw,
+                status.as_mut_ptr(),
+            )
+        };
+        check(ret, "MPI_Recv")?;
         // SAFETY: filled by the successful MPI_Recv.
         let status = unsafe { status.assume_init() };
         let mut count: c_int = 0;
         // SAFETY: as in iprobe.
-        check(unsafe { ffi::MPI_Get_count(&status, u64_type(), &mut count) }, "MPI_Get_count")?;
+        let ret = unsafe { ffi::MPI_Get_count(&status, u64_type(), &mut count) };
+        check(ret, "MPI_Get_count")?;
         buf.truncate(count.max(0) as usize);
         Ok(buf)
     }
@@ -314,10 +314,8 @@ impl OwnedComm {
         let mut req = null_request();
         // SAFETY: ptr points into a Vec now owned by p (its heap buffer does not move), which
         // keeps it alive until the request completes (Pending's contract).
-        check(
-            unsafe { ffi::MPI_Isend(ptr, n, u64_type(), dest as c_int, tag, self.raw, &mut req) },
-            "MPI_Isend",
-        )?;
+        let ret = unsafe { ffi::MPI_Isend(ptr, n, u64_type(), dest as c_int, tag, self.raw, &mut req) };
+        check(ret, "MPI_Isend")?;
         p.reqs.push(req);
         Ok(p)
     }
@@ -333,12 +331,10 @@ impl OwnedComm {
         let rptr = p.recv_ptr(recv);
         let mut req = null_request();
         // SAFETY: recv holds size × n bytes (checked above); buffers outlive the request ('b).
-        check(
-            unsafe {
-                ffi::MPI_Iallgather(send_ptr(send), n, byte_type(), rptr, n, byte_type(), self.raw, &mut req)
-            },
-            CALL,
-        )?;
+        let ret = unsafe {
+            ffi::MPI_Iallgather(send_ptr(send), n, byte_type(), rptr, n, byte_type(), self.raw, &mut req)
+        };
+        check(ret, CALL)?;
         p.reqs.push(req);
         Ok(p)
     }
@@ -363,22 +359,20 @@ impl OwnedComm {
         let mut req = null_request();
         // SAFETY: ranges checked to lie in recv; buffers outlive the request; count arrays move
         // into p.
-        check(
-            unsafe {
-                ffi::MPI_Iallgatherv(
-                    send_ptr(send),
-                    n,
-                    byte_type(),
-                    rptr,
-                    arrays[0].as_ptr(),
-                    arrays[1].as_ptr(),
-                    byte_type(),
-                    self.raw,
-                    &mut req,
-                )
-            },
-            CALL,
-        )?;
+        let ret = unsafe {
+            ffi::MPI_Iallgatherv(
+                send_ptr(send),
+                n,
+                byte_type(),
+                rptr,
+                arrays[0].as_ptr(),
+                arrays[1].as_ptr(),
+                byte_type(),
+                self.raw,
+                &mut req,
+            )
+        };
+        check(ret, CALL)?;
         p.owned_ints.extend(arrays);
         p.reqs.push(req);
         Ok(p)
@@ -400,10 +394,8 @@ impl OwnedComm {
         let mut req = null_request();
         // SAFETY: input (moved into p, heap buffer unmoved) and data hold n elements of T, whose
         // MPI datatype is T::datatype(); both outlive the request.
-        check(
-            unsafe { ffi::MPI_Iallreduce(sptr, rptr, n, T::datatype(), op.raw(), self.raw, &mut req) },
-            CALL,
-        )?;
+        let ret = unsafe { ffi::MPI_Iallreduce(sptr, rptr, n, T::datatype(), op.raw(), self.raw, &mut req) };
+        check(ret, CALL)?;
         p.reqs.push(req);
         Ok(p)
     }
@@ -419,7 +411,8 @@ impl OwnedComm {
         let ptr = p.recv_ptr(data);
         let mut req = null_request();
         // SAFETY: data holds n bytes and outlives the request.
-        check(unsafe { ffi::MPI_Ibcast(ptr, n, byte_type(), root as c_int, self.raw, &mut req) }, CALL)?;
+        let ret = unsafe { ffi::MPI_Ibcast(ptr, n, byte_type(), root as c_int, self.raw, &mut req) };
+        check(ret, CALL)?;
         p.reqs.push(req);
         Ok(p)
     }
@@ -429,7 +422,8 @@ impl OwnedComm {
         let mut p = Pending::new();
         let mut req = null_request();
         // SAFETY: valid communicator; req is writable.
-        check(unsafe { ffi::MPI_Ibarrier(self.raw, &mut req) }, "MPI_Ibarrier")?;
+        let ret = unsafe { ffi::MPI_Ibarrier(self.raw, &mut req) };
+        check(ret, "MPI_Ibarrier")?;
         p.reqs.push(req);
         Ok(p)
     }
@@ -563,22 +557,20 @@ impl OwnedComm {
         let mut scratch = Scratch([0; 16]);
         let rptr = if recv.is_empty() { scratch.0.as_mut_ptr() } else { recv.as_mut_ptr() };
         // SAFETY: all ranges lie inside their buffers (checked); pointers are never dangling.
-        check(
-            unsafe {
-                ffi::MPI_Alltoallv(
-                    send_ptr(send),
-                    send_counts.as_ptr(),
-                    send_displs.as_ptr(),
-                    byte_type(),
-                    rptr.cast(),
-                    recv_counts.as_ptr(),
-                    recv_displs.as_ptr(),
-                    byte_type(),
-                    self.raw,
-                )
-            },
-            "MPI_Alltoallv",
-        )
+        let ret = unsafe {
+            ffi::MPI_Alltoallv(
+                send_ptr(send),
+                send_counts.as_ptr(),
+                send_displs.as_ptr(),
+                byte_type(),
+                rptr.cast(),
+                recv_counts.as_ptr(),
+                recv_displs.as_ptr(),
+                byte_type(),
+                self.raw,
+            )
+        };
+        check(ret, "MPI_Alltoallv")
     }
 
     /// Blocking `MPI_Allgather` of `send.len()` bytes per rank.
@@ -588,20 +580,18 @@ impl OwnedComm {
         }
         let n = to_c_int(send.len(), "MPI_Allgather")?;
         // SAFETY: recv holds size × n bytes and is not empty; send holds n bytes.
-        check(
-            unsafe {
-                ffi::MPI_Allgather(
-                    send_ptr(send),
-                    n,
-                    byte_type(),
-                    recv.as_mut_ptr().cast(),
-                    n,
-                    byte_type(),
-                    self.raw,
-                )
-            },
-            "MPI_Allgather",
-        )
+        let ret = unsafe {
+            ffi::MPI_Allgather(
+                send_ptr(send),
+                n,
+                byte_type(),
+                recv.as_mut_ptr().cast(),
+                n,
+                byte_type(),
+                self.raw,
+            )
+        };
+        check(ret, "MPI_Allgather")
     }
 
     /// Blocking `MPI_Allreduce` (sum) of `f64`s from `send` into `recv` (same length, non-empty).
@@ -611,19 +601,17 @@ impl OwnedComm {
         }
         let n = to_c_int(send.len(), "MPI_Allreduce")?;
         // SAFETY: both buffers hold n doubles and are not empty.
-        check(
-            unsafe {
-                ffi::MPI_Allreduce(
-                    send.as_ptr().cast(),
-                    recv.as_mut_ptr().cast(),
-                    n,
-                    f64_type(),
-                    Op::Sum.raw(),
-                    self.raw,
-                )
-            },
-            "MPI_Allreduce",
-        )
+        let ret = unsafe {
+            ffi::MPI_Allreduce(
+                send.as_ptr().cast(),
+                recv.as_mut_ptr().cast(),
+                n,
+                f64_type(),
+                Op::Sum.raw(),
+                self.raw,
+            )
+        };
+        check(ret, "MPI_Allreduce")
     }
 
     /// Blocking `MPI_Bcast` of bytes from `root` (non-empty buffer).
@@ -633,10 +621,9 @@ impl OwnedComm {
         }
         let n = to_c_int(data.len(), "MPI_Bcast")?;
         // SAFETY: data holds n bytes and is not empty; root is a valid rank.
-        check(
-            unsafe { ffi::MPI_Bcast(data.as_mut_ptr().cast(), n, byte_type(), root as c_int, self.raw) },
-            "MPI_Bcast",
-        )
+        let ret =
+            unsafe { ffi::MPI_Bcast(data.as_mut_ptr().cast(), n, byte_type(), root as c_int, self.raw) };
+        check(ret, "MPI_Bcast")
     }
 }
 
