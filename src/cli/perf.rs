@@ -13,7 +13,9 @@
 //! `--raw` times the same sweep straight on MPI (blocking `MPI_Alltoallv`, `MPI_Allgather`,
 //! `MPI_Allreduce`, `MPI_Bcast` on the same communicator; no trait, no watchdog) in the same
 //! process, alternating iteration by iteration with the layer, and adds `raw_time_us`,
-//! `raw_busbw`, `raw_wrong` and `busbw_ratio` (layer / raw) to each row.
+//! `raw_busbw`, `raw_wrong` and `busbw_ratio` (layer / raw) to each row. Every row also carries
+//! the median time (`time_us_median`, and with `--raw` `raw_time_us_median`, `busbw_ratio_median`):
+//! on a shared machine a few descheduled iterations dominate the mean, not the median.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -133,6 +135,15 @@ pub struct Row {
     /// `--raw`: busbw / raw_busbw.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub busbw_ratio: Option<f64>,
+    /// Median time per collective (slowest rank's median), microseconds: robust to the stalls
+    /// of a shared machine, where the mean is not.
+    pub time_us_median: f64,
+    /// `--raw`: straight MPI's median time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_time_us_median: Option<f64>,
+    /// `--raw`: busbw ratio from the medians (raw median time / layer median time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busbw_ratio_median: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -215,7 +226,10 @@ pub fn run(args: PerfArgs) -> Result<i32, CliError> {
             "size", "count", "type", "time(us)", "algbw", "busbw", "#wrong"
         );
         if args.raw {
-            print!(" {:>12} {:>10} {:>7}", "raw time(us)", "raw busbw", "ratio");
+            print!(
+                " {:>12} {:>10} {:>7} {:>10} {:>10} {:>9}",
+                "raw time(us)", "raw busbw", "ratio", "med(us)", "raw med", "med ratio"
+            );
         }
         println!();
     }
@@ -230,6 +244,9 @@ pub fn run(args: PerfArgs) -> Result<i32, CliError> {
             );
             if let (Some(t), Some(b), Some(r)) = (row.raw_time_us, row.raw_busbw, row.busbw_ratio) {
                 print!(" {t:>12.1} {b:>10.3} {r:>7.3}");
+            }
+            if let (Some(rm), Some(mr)) = (row.raw_time_us_median, row.busbw_ratio_median) {
+                print!(" {:>10.1} {rm:>10.1} {mr:>9.3}", row.time_us_median);
             }
             println!();
             let _ = std::io::stdout().flush();
@@ -363,18 +380,20 @@ fn measure(c: &dyn Collective, raw: Option<&OwnedComm>, args: &PerfArgs, size: u
     }
     // Timed: layer and raw alternate iteration by iteration, so drift hits both alike.
     let iters = args.iters.max(1);
-    let mut t = [0.0f64; 2];
+    let mut samples = [Vec::with_capacity(iters), Vec::with_capacity(iters)];
     for _ in 0..iters {
         let t0 = Instant::now();
         layer_once(c, op, &mut b)?;
-        t[0] += t0.elapsed().as_secs_f64();
+        samples[0].push(t0.elapsed().as_secs_f64());
         if let Some(m) = raw {
             let t1 = Instant::now();
             raw_once(m, op, &mut b)?;
-            t[1] += t1.elapsed().as_secs_f64();
+            samples[1].push(t1.elapsed().as_secs_f64());
         }
     }
-    t.iter_mut().for_each(|x| *x /= iters as f64);
+    let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+    // [mean layer, mean raw, median layer, median raw], each the slowest rank's.
+    let mut t = [mean(&samples[0]), mean(&samples[1]), median(&mut samples[0]), median(&mut samples[1])];
     c.all_reduce_f64(&mut t, ReduceOp::Max).map_err(|e| e.to_string())?;
     let mut wrong = [0u64; 2];
     if args.check != 0 {
@@ -414,7 +433,24 @@ fn measure(c: &dyn Collective, raw: Option<&OwnedComm>, args: &PerfArgs, size: u
         raw_busbw,
         raw_wrong: raw.map(|_| wrong[1]),
         busbw_ratio: raw_busbw.map(|r| if r > 0.0 { busbw / r } else { 0.0 }),
+        time_us_median: t[2] * 1e6,
+        raw_time_us_median: raw.map(|_| t[3] * 1e6),
+        busbw_ratio_median: raw.map(|_| if t[2] > 0.0 { t[3] / t[2] } else { 0.0 }),
     })
+}
+
+/// Median of `v` (0 for an empty slice); reorders `v`.
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
 }
 
 #[cfg(test)]

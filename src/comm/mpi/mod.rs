@@ -30,6 +30,9 @@ pub mod raw;
 
 use raw::{MpiError, OwnedComm, Pending};
 
+/// How long a collective polls without yielding the core.
+const SPIN_BEFORE_YIELD: Duration = Duration::from_millis(50);
+
 const TAG_QUERY: i32 = 1;
 const TAG_REPLY: i32 = 2;
 
@@ -177,7 +180,10 @@ impl MpiWorld {
                 if now >= deadline && self.expire(site, start, pending, peer_of) {
                     return;
                 }
-                if now - start > Duration::from_micros(500) {
+                // Spin like a blocking MPI call would (MPI_Test drives the progress engine and
+                // yields by itself when Open MPI sees the node oversubscribed); only a long wait
+                // gives the core away, so that decode workers on this node can use it.
+                if now - start > SPIN_BEFORE_YIELD {
                     std::thread::yield_now();
                 }
             }
