@@ -42,6 +42,9 @@
 //! | planner, executor, policies, simulator, C ABI | — | not yet |
 
 pub mod cli;
+pub mod collective;
+pub mod comm;
+pub mod cost;
 pub mod decode;
 pub mod descriptor;
 pub mod gen;
@@ -51,4 +54,3 @@ pub mod plan;
 pub mod probe;
 pub mod rng;
 pub mod sampler;
-pub mod cost;

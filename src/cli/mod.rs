@@ -6,6 +6,7 @@
 
 mod gen;
 mod index;
+pub mod perf;
 mod plan;
 
 use std::path::Path;
@@ -33,6 +34,8 @@ pub enum Command {
     Gen(gen::GenArgs),
     /// Probe a dataset and write its descriptor index.
     Index(index::IndexArgs),
+    /// Collective microbenchmark (nccl-tests shape), run under mpirun.
+    Perf(perf::PerfArgs),
     /// Plan a synthetic step and show the planner's decisions and predictions.
     Plan(plan::PlanArgs),
 }
@@ -58,6 +61,7 @@ pub fn run(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::Gen(args) => gen::run(args),
         Command::Index(args) => index::run(args),
+        Command::Perf(args) => perf::run(args),
         Command::Plan(args) => plan::run(args),
     };
     match result {

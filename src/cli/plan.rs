@@ -118,7 +118,10 @@ pub fn run(args: PlanArgs) -> Result<i32, CliError> {
     } else {
         let max = doc.loads.iter().copied().fold(0.0, f64::max);
         println!("{} samples x {} ranks ({}), lookahead {}", doc.samples, doc.ranks, doc.kind, doc.lookahead);
-        println!("largest step     {:.4} s   lower bound {:.4} s   imbalance {:.3}", max, doc.lower_bound, doc.imbalance);
+        println!(
+            "largest step     {:.4} s   lower bound {:.4} s   imbalance {:.3}",
+            max, doc.lower_bound, doc.imbalance
+        );
         println!(
             "predicted misses {} (owner-only decode: {})   offloads {}   owner swaps {}   {:.1} MiB moved",
             doc.predicted_misses,

@@ -79,7 +79,11 @@ pub fn plan(spec: &Spec) -> Vec<PlannedSample> {
             let size = c.resolutions[rng.pick(c.resolutions.iter().map(|r| r.weight))].size;
             let (fps, duration_s) = if c.modality == "video" {
                 let fps = c.fps[rng.pick(c.fps.iter().map(|f| f.weight))].value;
-                let d = c.duration_s.as_ref().map(|d| rng.lognormal(d.median, d.sigma, d.min, d.max)).unwrap_or(1.0);
+                let d = c
+                    .duration_s
+                    .as_ref()
+                    .map(|d| rng.lognormal(d.median, d.sigma, d.min, d.max))
+                    .unwrap_or(1.0);
                 (fps, (d * 1000.0).round() / 1000.0)
             } else {
                 (0.0, 0.0)

@@ -119,7 +119,8 @@ pub fn local_search(items: &Items<'_>, cap: &[u64], owner: &mut [u32], ranks: us
         }
         // Best change: (resulting larger of the two loads, kind, item on m, target, item on target).
         let mut best: Option<(u64, usize, usize, usize, Option<usize>)> = None;
-        let targets: Vec<(u64, usize)> = by_load.iter().filter(|&&(_, r)| r != m).take(TARGETS).copied().collect();
+        let targets: Vec<(u64, usize)> =
+            by_load.iter().filter(|&&(_, r)| r != m).take(TARGETS).copied().collect();
         for &i in &held[m] {
             let wi = items.weight[i];
             for &(ln, n) in &targets {

@@ -146,7 +146,8 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
     let r = input.ranks.len();
     let steps = input.steps();
     let n = input.samples.len();
-    let weight: Vec<u64> = input.samples.iter().map(|s| ns(input.accel.sample_seconds(s.tokens)) as u64).collect();
+    let weight: Vec<u64> =
+        input.samples.iter().map(|s| ns(input.accel.sample_seconds(s.tokens)) as u64).collect();
     let mem: Vec<u64> = input.samples.iter().map(|s| s.bytes).collect();
     let ids: Vec<u64> = input.samples.iter().map(|s| s.id).collect();
     let caps: Vec<u64> = input.ranks.iter().map(|s| s.mem_cap).collect();

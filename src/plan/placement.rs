@@ -159,7 +159,8 @@ impl<'a> State<'a> {
             (self.job_deadline(i), Reverse(self.p.decode_ns[i]), self.p.id[i], i)
         });
         let w = self.p.workers[h].max(1) as usize;
-        let mut free: BinaryHeap<Reverse<(i64, usize)>> = (0..w).map(|k| Reverse((self.p.backlog_ns[h], k))).collect();
+        let mut free: BinaryHeap<Reverse<(i64, usize)>> =
+            (0..w).map(|k| Reverse((self.p.backlog_ns[h], k))).collect();
         for &i in &jobs {
             let i = i as usize;
             let Reverse((t, k)) = free.pop().expect("at least one worker");
@@ -187,7 +188,8 @@ impl<'a> State<'a> {
     /// Batches whose readiness depends on pools `a` or `b`, or that belong to ranks `a` or `b`.
     fn affected(&self, a: usize, b: usize) -> Vec<usize> {
         let steps = self.p.steps;
-        let mut out: Vec<usize> = self.pools[a].iter().chain(&self.pools[b]).map(|&i| self.batch_of(i as usize)).collect();
+        let mut out: Vec<usize> =
+            self.pools[a].iter().chain(&self.pools[b]).map(|&i| self.batch_of(i as usize)).collect();
         out.extend((0..steps).map(|k| a * steps + k));
         out.extend((0..steps).map(|k| b * steps + k));
         out.sort_unstable();
@@ -280,7 +282,8 @@ pub fn place(p: &Problem, search: Search) -> Placement {
     let (mut offloads, mut swaps) = (0u32, 0u32);
     if (search.offload || search.swap_owners) && s.ranks > 1 {
         let mut slack_key: Vec<i64> = (0..s.ranks).map(|h| s.slack(h)).collect();
-        let mut by_slack: BTreeSet<(Reverse<i64>, usize)> = (0..s.ranks).map(|h| (Reverse(slack_key[h]), h)).collect();
+        let mut by_slack: BTreeSet<(Reverse<i64>, usize)> =
+            (0..s.ranks).map(|h| (Reverse(slack_key[h]), h)).collect();
         let mut stuck = vec![false; s.ready.len()];
         while offloads + swaps < search.max_moves {
             // The latest batch not yet given up on (ties: earlier step, lower rank).

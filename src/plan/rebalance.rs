@@ -98,7 +98,13 @@ pub fn all_to_all_seconds(samples: &[Decoded], moves: &[Move], ranks: usize, tra
 
 /// Computes the gated rebalance. `margin` is the fraction by which the gain must exceed the
 /// predicted transfer (0.1: gain > 1.1 × transfer).
-pub fn rebalance(samples: &[Decoded], ranks: usize, accel: &AccelModel, transfer: &TransferCost, margin: f64) -> Decision {
+pub fn rebalance(
+    samples: &[Decoded],
+    ranks: usize,
+    accel: &AccelModel,
+    transfer: &TransferCost,
+    margin: f64,
+) -> Decision {
     let w: Vec<i64> = samples.iter().map(|s| ns(accel.sample_seconds(s.tokens))).collect();
     let mut load = vec![0i64; ranks];
     let mut held: Vec<Vec<usize>> = vec![Vec::new(); ranks];
@@ -145,7 +151,8 @@ pub fn rebalance(samples: &[Decoded], ranks: usize, accel: &AccelModel, transfer
     let (net, k, cost) = best;
     let run = net > 0.0;
     // Not run: report the predictions of the whole candidate sequence, which lost to its cost.
-    let (k, cost) = if run { (k, cost) } else { (moves.len(), all_to_all_seconds(samples, &moves, ranks, transfer)) };
+    let (k, cost) =
+        if run { (k, cost) } else { (moves.len(), all_to_all_seconds(samples, &moves, ranks, transfer)) };
     let after = maxima[k];
     moves.truncate(if run { k } else { 0 });
     Decision {

@@ -57,8 +57,9 @@ pub fn synthetic(kind: Kind, samples: usize, ranks: usize, lookahead: usize, see
             });
         }
     }
-    let per_rank_work: f64 = out.iter().filter(|s| s.step == 0).map(|s| PROFILE.sample_seconds(s.tokens)).sum::<f64>()
-        / ranks.max(1) as f64;
+    let per_rank_work: f64 =
+        out.iter().filter(|s| s.step == 0).map(|s| PROFILE.sample_seconds(s.tokens)).sum::<f64>()
+            / ranks.max(1) as f64;
     let rank_states = (0..ranks)
         .map(|_| RankState {
             workers: 4,

@@ -1,0 +1,536 @@
+//! The MPI backend: [`MpiWorld`] implements [`Collective`] over rsmpi and the system MPI, with
+//! every collective under a watchdog.
+//!
+//! Each collective is started non-blocking (`MPI_I*`, MPI-3.1 §5.12) on a private duplicate of
+//! `MPI_COMM_WORLD` and polled with `MPI_Test` against a deadline ([`Config::timeout`]). While it
+//! polls, a rank also answers "where are you?" queries on a second private communicator. When the
+//! deadline passes, the rank asks every peer where it is, waits a short grace period, prints which
+//! peers have not arrived (and which collective they are in instead), and calls `MPI_Abort`, which
+//! ends every rank with [`EXIT_ABORTED`]. A rank that dies makes the launcher end the job; the
+//! SIGTERM reporter makes the survivors name the collective they were in.
+//!
+//! All-to-all-v runs as a point-to-point exchange (every receive posted, then every send: the
+//! linear algorithm of Open MPI's `libnbc` `MPI_Ialltoallv`). Its message sizes are known to both
+//! ends of each pair, so messages beyond [`Config::max_message_bytes`] are chunked without any
+//! agreement between ranks — a single `MPI_Ialltoallv` could not be, since whether some rank's
+//! counts or displacements exceed a C `int` is known only to that rank. Zero-byte blocks send no
+//! message at all, and the watchdog can name the peers whose data has not arrived. The other
+//! collectives use `MPI_I*` directly, chunked where the (globally known) sizes exceed a C `int`.
+//!
+//! All `unsafe` lives in [`raw`].
+
+use std::cell::{Cell, RefCell};
+use std::time::{Duration, Instant};
+
+use crate::collective::{check_layout, Collective, CollectiveError, CollectiveOp, ReduceOp, Result, Site};
+use crate::comm::watchdog::{self, PeerState};
+use crate::comm::{Config, EXIT_ABORTED};
+
+pub mod raw;
+
+use raw::{MpiError, OwnedComm, Pending};
+
+/// How long a collective polls without yielding the core.
+const SPIN_BEFORE_YIELD: Duration = Duration::from_millis(50);
+
+const TAG_QUERY: i32 = 1;
+const TAG_REPLY: i32 = 2;
+
+/// Tag of the point-to-point messages of a collective: one per kind, so that ranks that issued
+/// different collectives never match each other's messages (they time out and report instead).
+fn bulk_tag(op: CollectiveOp) -> i32 {
+    16 + op.code() as i32
+}
+
+/// MPI could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InitError {
+    /// `MPI_Init_thread` failed or MPI was already initialised by someone else and then finalised.
+    #[error("MPI could not be initialised (is this process started by mpirun, and is MPI installed? run scripts/setup.sh)")]
+    Init,
+    /// An MPI call during set-up failed.
+    #[error("MPI set-up: {0}")]
+    Mpi(#[from] MpiError),
+}
+
+/// A world of MPI ranks. Use from one thread. Dropping it runs a watched barrier (so that a rank
+/// that finishes early waits under the watchdog) and finalises MPI if this world initialised it.
+pub struct MpiWorld {
+    data: OwnedComm,
+    ctl: OwnedComm,
+    config: Config,
+    seq: Cell<u64>,
+    step: Cell<Option<u64>>,
+    parked: RefCell<Vec<Pending<'static>>>,
+    closed: Cell<bool>,
+    // Last field: dropped after the communicators above are freed.
+    _universe: Option<mpi::environment::Universe>,
+}
+
+impl MpiWorld {
+    /// Initialises MPI (or attaches to an MPI the host application initialised) and duplicates
+    /// the world communicator twice (collectives, watchdog control).
+    pub fn init(config: Config) -> std::result::Result<Self, InitError> {
+        let universe = if mpi::environment::is_initialized() {
+            if mpi::environment::is_finalized() {
+                return Err(InitError::Init);
+            }
+            None
+        } else {
+            match mpi::environment::initialize_with_threading(mpi::environment::Threading::Funneled) {
+                Some((u, _)) => Some(u),
+                None => return Err(InitError::Init),
+            }
+        };
+        let data = OwnedComm::dup_world()?;
+        let ctl = OwnedComm::dup_world()?;
+        if config.report_sigterm {
+            watchdog::install_sigterm_reporter();
+        }
+        Ok(MpiWorld {
+            data,
+            ctl,
+            config,
+            seq: Cell::new(0),
+            step: Cell::new(None),
+            parked: RefCell::new(Vec::new()),
+            closed: Cell::new(false),
+            _universe: universe,
+        })
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Changes the largest single message (bytes, clamped to `1..=i32::MAX`); the chunked path is
+    /// taken for anything larger. Tests use a small value to exercise chunking cheaply.
+    pub fn set_max_message_bytes(&mut self, bytes: usize) {
+        self.config.max_message_bytes = bytes.clamp(1, i32::MAX as usize);
+    }
+
+    /// Changes the watchdog timeout.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.config.timeout = timeout;
+    }
+
+    /// The raw collectives communicator, for the `--raw` reference of `datahelix perf` (blocking
+    /// MPI calls, no watchdog). Every rank must use it in the same order as the trait methods.
+    pub fn raw(&self) -> &OwnedComm {
+        &self.data
+    }
+
+    /// Runs the closing barrier now and reports its failure, instead of at drop.
+    pub fn close(self) -> Result<()> {
+        self.closed.set(true);
+        self.run(CollectiveOp::Finalize, |c| c.ibarrier().map(|p| (p, None)))
+    }
+
+    fn enter(&self, op: CollectiveOp) -> Site {
+        let seq = self.seq.get();
+        self.seq.set(seq + 1);
+        let site = Site { rank: self.data.rank(), op, seq, step: self.step.get() };
+        watchdog::note_enter(&site);
+        site
+    }
+
+    fn backend_err(site: Site, e: MpiError) -> CollectiveError {
+        CollectiveError::Backend { site, backend: "mpi", message: e.to_string() }
+    }
+
+    /// Enters a collective, starts it with `start`, and waits for it under the watchdog.
+    fn run<'b>(
+        &self,
+        op: CollectiveOp,
+        start: impl FnOnce(&OwnedComm) -> std::result::Result<(Pending<'b>, Option<Vec<usize>>), MpiError>,
+    ) -> Result<()> {
+        let site = self.enter(op);
+        let r = self.run_at(site, start);
+        watchdog::note_leave();
+        r
+    }
+
+    fn run_at<'b>(
+        &self,
+        site: Site,
+        start: impl FnOnce(&OwnedComm) -> std::result::Result<(Pending<'b>, Option<Vec<usize>>), MpiError>,
+    ) -> Result<()> {
+        let (mut pending, peer_of) = start(&self.data).map_err(|e| Self::backend_err(site, e))?;
+        self.wait(site, &mut pending, peer_of.as_deref());
+        Ok(())
+    }
+
+    /// Polls `pending` until it completes; on timeout or failure reports and aborts the job.
+    fn wait(&self, site: Site, pending: &mut Pending<'_>, peer_of: Option<&[usize]>) {
+        let start = Instant::now();
+        let deadline = start + self.config.timeout;
+        let mut polls: u32 = 0;
+        loop {
+            match pending.test() {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => self.fail(site, e),
+            }
+            polls = polls.wrapping_add(1);
+            if polls % 32 == 0 {
+                self.serve_queries(site, start);
+                let now = Instant::now();
+                if now >= deadline && self.expire(site, start, pending, peer_of) {
+                    return;
+                }
+                // Spin like a blocking MPI call would (MPI_Test drives the progress engine and
+                // yields by itself when Open MPI sees the node oversubscribed); only a long wait
+                // gives the core away, so that decode workers on this node can use it.
+                if now - start > SPIN_BEFORE_YIELD {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    /// A collective failed after it started: the ranks can no longer agree, so end the job.
+    fn fail(&self, site: Site, e: MpiError) -> ! {
+        let hint = match e.kind() {
+            raw::MpiErrorKind::Truncate => {
+                " — a message was longer than its receive buffer: the ranks disagree on sizes or issued \
+                 different collectives"
+            }
+            _ => "",
+        };
+        eprintln!("datahelix: {site} failed: {e}{hint}. Aborting the job (exit {EXIT_ABORTED}).");
+        raw::abort(EXIT_ABORTED)
+    }
+
+    /// Answers queued "where are you?" queries and forgets finished replies.
+    fn serve_queries(&self, site: Site, since: Instant) {
+        while let Ok(Some((src, n))) = self.ctl.iprobe(TAG_QUERY) {
+            if self.ctl.recv_u64s(src, TAG_QUERY, n).is_err() {
+                break;
+            }
+            if let Ok(p) = self.ctl.isend_owned(src, TAG_REPLY, watchdog::encode(&site, since.elapsed())) {
+                self.parked.borrow_mut().push(p);
+            }
+        }
+        self.parked.borrow_mut().retain_mut(|p| !matches!(p.test(), Ok(true) | Err(_)));
+    }
+
+    /// The deadline passed: ask the peers, report, abort. Returns `true` only if the collective
+    /// completed during the grace period after all (then the job goes on).
+    fn expire(
+        &self,
+        site: Site,
+        start: Instant,
+        pending: &mut Pending<'_>,
+        peer_of: Option<&[usize]>,
+    ) -> bool {
+        let n = self.data.size();
+        let me = self.data.rank();
+        let query = watchdog::encode(&site, start.elapsed());
+        for p in (0..n).filter(|&p| p != me) {
+            if let Ok(req) = self.ctl.isend_owned(p, TAG_QUERY, query.clone()) {
+                self.parked.borrow_mut().push(req);
+            }
+        }
+        let grace = (self.config.timeout / 4).clamp(Duration::from_millis(300), Duration::from_secs(5));
+        let mut states: Vec<Option<PeerState>> = vec![None; n];
+        let t0 = Instant::now();
+        while t0.elapsed() < grace && (0..n).any(|p| p != me && states[p].is_none()) {
+            if let Ok(true) = pending.test() {
+                eprintln!(
+                    "datahelix: {site} completed after {:.1} s, beyond the {:.1} s timeout; continuing",
+                    start.elapsed().as_secs_f64(),
+                    self.config.timeout.as_secs_f64()
+                );
+                return true;
+            }
+            self.serve_queries(site, start);
+            while let Ok(Some((src, len))) = self.ctl.iprobe(TAG_REPLY) {
+                match self.ctl.recv_u64s(src, TAG_REPLY, len) {
+                    Ok(words) => states[src] = Some(watchdog::decode(&words)),
+                    Err(_) => break,
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let peers: Vec<(usize, PeerState)> =
+            (0..n).filter(|&p| p != me).map(|p| (p, states[p].unwrap_or(PeerState::Silent))).collect();
+        let missing: Option<Vec<usize>> = peer_of.map(|peer_of| {
+            let mut m: Vec<usize> =
+                (0..peer_of.len()).filter(|&i| !pending.is_done(i)).map(|i| peer_of[i]).collect();
+            m.sort_unstable();
+            m.dedup();
+            m
+        });
+        let text = watchdog::report(
+            &site,
+            start.elapsed(),
+            self.config.timeout,
+            &peers,
+            missing.as_deref(),
+            grace,
+            EXIT_ABORTED,
+        );
+        eprint!("{text}");
+        tracing::error!(target: "datahelix::comm", "{}", text.lines().next().unwrap_or(""));
+        raw::abort(EXIT_ABORTED)
+    }
+
+    fn invalid(site: Site, what: String) -> CollectiveError {
+        CollectiveError::InvalidArgument { site, what }
+    }
+
+    fn fits(&self, counts: &[usize], displs: &[usize]) -> bool {
+        counts.iter().all(|&c| c <= self.config.max_message_bytes)
+            && displs.iter().all(|&d| d <= i32::MAX as usize)
+    }
+}
+
+impl Collective for MpiWorld {
+    fn rank(&self) -> usize {
+        self.data.rank()
+    }
+
+    fn size(&self) -> usize {
+        self.data.size()
+    }
+
+    fn backend(&self) -> &'static str {
+        "mpi"
+    }
+
+    fn set_step(&self, step: Option<u64>) {
+        self.step.set(step);
+    }
+
+    fn site_now(&self, op: CollectiveOp) -> Site {
+        Site { rank: self.data.rank(), op, seq: self.seq.get(), step: self.step.get() }
+    }
+
+    fn all_gather(&self, send: &[u8], recv: &mut [u8]) -> Result<()> {
+        let n = self.size();
+        if send.len().checked_mul(n) != Some(recv.len()) {
+            let site = self.enter(CollectiveOp::AllGather);
+            watchdog::note_leave();
+            return Err(Self::invalid(
+                site,
+                format!("receive buffer is {} bytes, expected {n} ranks x {} bytes", recv.len(), send.len()),
+            ));
+        }
+        if send.len() <= self.config.max_message_bytes && recv.len() <= i32::MAX as usize {
+            return self.run(CollectiveOp::AllGather, |c| c.iallgather(send, recv).map(|p| (p, None)));
+        }
+        let counts = vec![send.len(); n];
+        let displs: Vec<usize> = (0..n).map(|r| r * send.len()).collect();
+        let site = self.enter(CollectiveOp::AllGather);
+        let r = self.gather_p2p(site, send, &counts, &displs, recv);
+        watchdog::note_leave();
+        r
+    }
+
+    fn all_gather_v(&self, send: &[u8], counts: &[usize], displs: &[usize], recv: &mut [u8]) -> Result<()> {
+        let n = self.size();
+        let me = self.rank();
+        if let Err(e) = check_layout(
+            self.site_now(CollectiveOp::AllGatherV),
+            "receive",
+            n,
+            counts,
+            displs,
+            recv.len(),
+            true,
+        )
+        .and_then(|()| {
+            if counts[me] == send.len() {
+                Ok(())
+            } else {
+                Err(Self::invalid(
+                    self.site_now(CollectiveOp::AllGatherV),
+                    format!("counts[{me}] is {} but this rank sends {} bytes", counts[me], send.len()),
+                ))
+            }
+        }) {
+            self.enter(CollectiveOp::AllGatherV);
+            watchdog::note_leave();
+            return Err(e);
+        }
+        if self.fits(counts, displs) {
+            return self.run(CollectiveOp::AllGatherV, |c| {
+                c.iallgatherv(send, counts, displs, recv).map(|p| (p, None))
+            });
+        }
+        let site = self.enter(CollectiveOp::AllGatherV);
+        let r = self.gather_p2p(site, send, counts, displs, recv);
+        watchdog::note_leave();
+        r
+    }
+
+    fn all_to_all_v(
+        &self,
+        send: &[u8],
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: &mut [u8],
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()> {
+        let n = self.size();
+        let me = self.rank();
+        let site = self.site_now(CollectiveOp::AllToAllV);
+        let checked = check_layout(site, "send", n, send_counts, send_displs, send.len(), false)
+            .and_then(|()| check_layout(site, "receive", n, recv_counts, recv_displs, recv.len(), true))
+            .and_then(|()| {
+                if send_counts[me] == recv_counts[me] {
+                    Ok(())
+                } else {
+                    Err(Self::invalid(
+                        site,
+                        format!("sends {} bytes to itself but expects {}", send_counts[me], recv_counts[me]),
+                    ))
+                }
+            });
+        if let Err(e) = checked {
+            self.enter(CollectiveOp::AllToAllV);
+            watchdog::note_leave();
+            return Err(e);
+        }
+        let site = self.enter(CollectiveOp::AllToAllV);
+        recv[recv_displs[me]..recv_displs[me] + recv_counts[me]]
+            .copy_from_slice(&send[send_displs[me]..send_displs[me] + send_counts[me]]);
+        let sends: Vec<(usize, usize, usize)> = (0..n)
+            .filter(|&p| p != me && send_counts[p] > 0)
+            .map(|p| (p, send_displs[p], send_counts[p]))
+            .collect();
+        let recvs: Vec<(usize, usize, usize)> = (0..n)
+            .filter(|&p| p != me && recv_counts[p] > 0)
+            .map(|p| (p, recv_displs[p], recv_counts[p]))
+            .collect();
+        let max = self.config.max_message_bytes;
+        let r = self.run_at(site, |c| {
+            c.iexchange(bulk_tag(site.op), send, &sends, recv, &recvs, max).map(|(p, o)| (p, Some(o)))
+        });
+        watchdog::note_leave();
+        r
+    }
+
+    fn all_reduce_f64(&self, data: &mut [f64], op: ReduceOp) -> Result<()> {
+        let chunk = (self.config.max_message_bytes / 8).max(1);
+        let site = self.enter(CollectiveOp::AllReduce);
+        let mut r = if data.is_empty() {
+            self.run_at(site, |c| c.iallreduce(data, raw_op(op)).map(|p| (p, None)))
+        } else {
+            Ok(())
+        };
+        for part in data.chunks_mut(chunk) {
+            if r.is_ok() {
+                r = self.run_at(site, |c| c.iallreduce(part, raw_op(op)).map(|p| (p, None)));
+            }
+        }
+        watchdog::note_leave();
+        r
+    }
+
+    fn all_reduce_u64(&self, data: &mut [u64], op: ReduceOp) -> Result<()> {
+        let chunk = (self.config.max_message_bytes / 8).max(1);
+        let site = self.enter(CollectiveOp::AllReduce);
+        let mut r = if data.is_empty() {
+            self.run_at(site, |c| c.iallreduce(data, raw_op(op)).map(|p| (p, None)))
+        } else {
+            Ok(())
+        };
+        for part in data.chunks_mut(chunk) {
+            if r.is_ok() {
+                r = self.run_at(site, |c| c.iallreduce(part, raw_op(op)).map(|p| (p, None)));
+            }
+        }
+        watchdog::note_leave();
+        r
+    }
+
+    fn broadcast(&self, root: usize, data: &mut [u8]) -> Result<()> {
+        let site = self.enter(CollectiveOp::Broadcast);
+        if root >= self.size() {
+            watchdog::note_leave();
+            return Err(Self::invalid(site, format!("root {root} in a world of {} ranks", self.size())));
+        }
+        let chunk = self.config.max_message_bytes;
+        let mut r = if data.is_empty() {
+            self.run_at(site, |c| c.ibcast(root, data).map(|p| (p, None)))
+        } else {
+            Ok(())
+        };
+        for part in data.chunks_mut(chunk) {
+            if r.is_ok() {
+                r = self.run_at(site, |c| c.ibcast(root, part).map(|p| (p, None)));
+            }
+        }
+        watchdog::note_leave();
+        r
+    }
+
+    fn barrier(&self) -> Result<()> {
+        self.run(CollectiveOp::Barrier, |c| c.ibarrier().map(|p| (p, None)))
+    }
+}
+
+impl MpiWorld {
+    /// All-gather-v as a point-to-point exchange (transfers beyond a C `int`).
+    fn gather_p2p(
+        &self,
+        site: Site,
+        send: &[u8],
+        counts: &[usize],
+        displs: &[usize],
+        recv: &mut [u8],
+    ) -> Result<()> {
+        let n = self.size();
+        let me = self.rank();
+        recv[displs[me]..displs[me] + counts[me]].copy_from_slice(send);
+        let sends: Vec<(usize, usize, usize)> =
+            (0..n).filter(|&p| p != me && !send.is_empty()).map(|p| (p, 0, send.len())).collect();
+        let recvs: Vec<(usize, usize, usize)> =
+            (0..n).filter(|&p| p != me && counts[p] > 0).map(|p| (p, displs[p], counts[p])).collect();
+        let max = self.config.max_message_bytes;
+        self.run_at(site, |c| {
+            c.iexchange(bulk_tag(site.op), send, &sends, recv, &recvs, max).map(|(p, o)| (p, Some(o)))
+        })
+    }
+}
+
+fn raw_op(op: ReduceOp) -> raw::Op {
+    match op {
+        ReduceOp::Sum => raw::Op::Sum,
+        ReduceOp::Max => raw::Op::Max,
+        ReduceOp::Min => raw::Op::Min,
+    }
+}
+
+impl Drop for MpiWorld {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "datahelix: rank {} panicked (message above); aborting the job (exit {EXIT_ABORTED})",
+                self.data.rank()
+            );
+            raw::abort(EXIT_ABORTED);
+        }
+        if !self.closed.get() {
+            self.closed.set(true);
+            if let Err(e) = self.run(CollectiveOp::Finalize, |c| c.ibarrier().map(|p| (p, None))) {
+                eprintln!("datahelix: {e}");
+            }
+        }
+        // Control replies still in flight would be abandoned: wait for them (they are tiny and
+        // their receivers either took them or are gone, in which case the job is ending anyway).
+        let t0 = Instant::now();
+        let mut parked = self.parked.borrow_mut();
+        while !parked.is_empty() && t0.elapsed() < Duration::from_secs(1) {
+            parked.retain_mut(|p| !matches!(p.test(), Ok(true) | Err(_)));
+        }
+        if !parked.is_empty() {
+            // Abandoning them would abort; leak them instead (the process is shutting down MPI).
+            std::mem::forget(std::mem::take(&mut *parked));
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! No hang: a rank killed mid-run, or a rank that skips a collective, ends the whole job non-zero
+//! within the watchdog timeout plus a small margin, with a message naming the collective.
+
+mod collective_support;
+
+use std::time::Duration;
+
+use collective_support::mpirun;
+
+const DRIVER: &str = env!("CARGO_BIN_EXE_dh-collective-check");
+const TIMEOUT_S: u64 = 3;
+/// Launch, the watchdog's grace period for peer answers, and teardown of the job.
+const MARGIN_S: u64 = 10;
+
+#[test]
+fn killed_rank_ends_the_job() {
+    let t = TIMEOUT_S.to_string();
+    let o = mpirun(
+        3,
+        DRIVER,
+        &["kill", "--at", "5"],
+        &[("DATAHELIX_COLLECTIVE_TIMEOUT", &t)],
+        Duration::from_secs(TIMEOUT_S + 60),
+    );
+    assert!(!o.killed, "the job hung until the test killed it:\n{}", o.stderr);
+    assert_ne!(o.code, Some(0), "the job must fail:\n{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(TIMEOUT_S + MARGIN_S), "took {:?}:\n{}", o.elapsed, o.stderr);
+    assert!(o.stderr.contains("killing myself"), "{}", o.stderr);
+    assert!(o.stderr.contains("all_to_all_v #5 (step 5)"), "no message names the collective:\n{}", o.stderr);
+}
+
+#[test]
+fn skipped_collective_ends_the_job() {
+    let t = TIMEOUT_S.to_string();
+    let o = mpirun(
+        3,
+        DRIVER,
+        &["skip", "--at", "3"],
+        &[("DATAHELIX_COLLECTIVE_TIMEOUT", &t)],
+        Duration::from_secs(TIMEOUT_S + 60),
+    );
+    assert!(!o.killed, "the job hung until the test killed it:\n{}", o.stderr);
+    assert_eq!(o.code, Some(datahelix::comm::EXIT_ABORTED), "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(TIMEOUT_S + MARGIN_S), "took {:?}:\n{}", o.elapsed, o.stderr);
+    assert!(o.elapsed >= Duration::from_secs(TIMEOUT_S), "aborted before the timeout: {:?}", o.elapsed);
+    assert!(o.stderr.contains("all_reduce #9 (step 9) did not complete"), "{}", o.stderr);
+    assert!(o.stderr.contains("NOT ARRIVED: it is in finalize barrier"), "{}", o.stderr);
+}
