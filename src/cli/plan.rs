@@ -7,6 +7,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::{write_json, CliError};
+use crate::comm;
 use crate::plan::synthetic::{synthetic, Kind};
 use crate::plan::{plan, Batching};
 
@@ -34,6 +35,10 @@ pub struct PlanArgs {
     /// Keep every sample's decode on its owner (no deadline-aware placement).
     #[arg(long)]
     pub no_placement: bool,
+    /// Under mpirun: every rank plans and the ranks compare plan hashes (all-reduce); a mismatch
+    /// is an error (exit 1). Only rank 0 prints.
+    #[arg(long)]
+    pub check_plan: bool,
     /// Print one JSON document on stdout.
     #[arg(long)]
     pub json: bool,
@@ -96,6 +101,28 @@ pub fn run(args: PlanArgs) -> Result<i32, CliError> {
     let mut owner_only = input.clone();
     owner_only.options.placement = false;
     let baseline = plan(&owner_only).map_err(|e| CliError::usage(e.to_string()))?;
+    let mut rank = 0;
+    if args.check_plan {
+        let config = comm::Config::from_env().map_err(|e| CliError::usage(e.to_string()))?;
+        let world = comm::init(config).map_err(|e| CliError::usage(format!("cannot start MPI: {e}")))?;
+        let c = world.collective();
+        rank = c.rank();
+        let agreed = c.agree(p.hash).map_err(|e| CliError::usage(e.to_string()))?;
+        if !agreed {
+            return Err(CliError {
+                code: super::EXIT_FAILURES,
+                message: format!(
+                    "--check-plan: rank {} planned {:016x}, and another rank planned something else; \
+                     the ranks' inputs (flags, seed) or builds differ — run the same binary with the same arguments",
+                    c.rank(),
+                    p.hash
+                ),
+            });
+        }
+    }
+    if rank != 0 {
+        return Ok(0);
+    }
     let doc = PlanJson {
         kind: format!("{:?}", args.synthetic).to_lowercase(),
         ranks: args.ranks,

@@ -144,7 +144,7 @@ impl Fnv {
 pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
     input.validate().map_err(PlanError)?;
     let r = input.ranks.len();
-    let steps = input.steps();
+    let steps = input.steps().max(1);
     let n = input.samples.len();
     let weight: Vec<u64> =
         input.samples.iter().map(|s| ns(input.accel.sample_seconds(s.tokens)) as u64).collect();
@@ -212,6 +212,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         decode_ns: input.samples.iter().map(|s| ns(s.decode_s)).collect(),
         transfer_ns: input.samples.iter().map(|s| ns(input.transfer.seconds(s.bytes))).collect(),
         bytes: mem.clone(),
+        mem_cap: caps.clone(),
         id: ids.clone(),
         workers: input.ranks.iter().map(|s| s.workers).collect(),
         backlog_ns: input.ranks.iter().map(|s| ns(s.queued_cpu_s / s.workers.max(1) as f64)).collect(),

@@ -39,6 +39,8 @@ pub struct Problem {
     pub transfer_ns: Vec<i64>,
     /// Per sample: decoded bytes.
     pub bytes: Vec<u64>,
+    /// Per rank: bytes of decoded tensors one step's batch may hold (0: no cap).
+    pub mem_cap: Vec<u64>,
     /// Per sample: id (ties).
     pub id: Vec<u64>,
     /// Per rank: decode workers.
@@ -102,6 +104,7 @@ struct State<'a> {
     batch_samples: Vec<Vec<u32>>,
     ready: Vec<i64>,
     load: Vec<i64>,
+    used: Vec<u64>,
 }
 
 impl<'a> State<'a> {
@@ -117,12 +120,14 @@ impl<'a> State<'a> {
             batch_samples: vec![Vec::new(); ranks * p.steps],
             ready: vec![0; ranks * p.steps],
             load: vec![0; ranks * p.steps],
+            used: vec![0; ranks * p.steps],
         };
         for i in 0..p.owner.len() {
             s.pools[p.owner[i] as usize].push(i as u32);
             let b = s.batch_of(i);
             s.batch_samples[b].push(i as u32);
             s.load[b] += p.accel_ns[i];
+            s.used[b] += p.bytes[i];
         }
         for h in 0..ranks {
             s.simulate(h);
@@ -235,10 +240,12 @@ impl<'a> State<'a> {
             let old = self.batch_of(x);
             self.batch_samples[old].retain(|&y| y as usize != x);
             self.load[old] -= self.p.accel_ns[x];
+            self.used[old] -= self.p.bytes[x];
             self.owner[x] = to as u32;
             let new = self.batch_of(x);
             self.batch_samples[new].push(x as u32);
             self.load[new] += self.p.accel_ns[x];
+            self.used[new] += self.p.bytes[x];
             self.move_job(x, from, to);
             batches.push(new);
         }
@@ -250,7 +257,7 @@ impl<'a> State<'a> {
 
     /// For swapping out `i`: the sample of rank `q`'s batch of the same step, owned and decoded
     /// there, whose accelerator weight is nearest to `i`'s, if the swap keeps both ranks' loads
-    /// within the step's largest load.
+    /// within the step's largest load and their memory within its cap.
     fn swap_partner(&self, i: usize, q: usize) -> Option<usize> {
         let k = self.p.step[i] as usize;
         let o = self.owner[i] as usize;
@@ -264,6 +271,14 @@ impl<'a> State<'a> {
             .filter(|&j| {
                 let wj = self.p.accel_ns[j];
                 self.load[bo] - wi + wj <= cap && self.load[bq] - wj + wi <= cap
+            })
+            .filter(|&j| {
+                let (mi, mj) = (self.p.bytes[i], self.p.bytes[j]);
+                let fits = |r: usize, b: usize, gain: u64, loss: u64| {
+                    let cap = self.p.mem_cap[r];
+                    cap == 0 || gain <= loss || self.used[b] - loss + gain <= cap
+                };
+                fits(o, bo, mj, mi) && fits(q, bq, mi, mj)
             })
             .min_by_key(|&j| ((self.p.accel_ns[j] - wi).abs(), self.p.id[j], j))
     }
