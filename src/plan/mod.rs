@@ -29,6 +29,7 @@ pub mod batching;
 mod input;
 pub mod placement;
 pub mod rebalance;
+pub mod record;
 pub mod synthetic;
 
 pub use input::{Batching, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};

@@ -1,0 +1,243 @@
+//! The step record: everything one rank contributes to the next plan, in one fixed-size record
+//! that the ranks all-gather every step (`Collective::all_gather`, [`RECORD_BYTES`] each).
+//!
+//! ```
+//! use datahelix::plan::record::{DecodeObservation, StepRecord, RECORD_BYTES};
+//!
+//! let mut r = StepRecord { rank: 3, step: 41, workers: 2, accel_free_s: 0.12, ..StepRecord::default() };
+//! r.push_skip(0xDEAD);
+//! r.push_observation(DecodeObservation { codec: 1, mpixels: 3.2, mbits: 1.5, discarded: 0.0, seconds: 0.04 });
+//! let bytes = r.encode();
+//! assert_eq!(bytes.len(), RECORD_BYTES);
+//! assert_eq!(StepRecord::decode(&bytes).unwrap(), r);
+//! ```
+//!
+//! Fixed size keeps the all-gather a single cheap collective of known length. What does not fit
+//! is flagged: more than [`MAX_SKIPS`] failed samples set `skips_overflow` (the executor then
+//! all-gathers the full list with `all_gather_v`); more than [`MAX_OBSERVATIONS`] decode timings
+//! keep the first ones (the cost model only needs a steady trickle).
+
+use super::RankState;
+
+/// Failed-sample ids a record carries.
+pub const MAX_SKIPS: usize = 16;
+/// Decode observations a record carries.
+pub const MAX_OBSERVATIONS: usize = 8;
+/// Bytes of an encoded record.
+pub const RECORD_BYTES: usize = HEADER + MAX_SKIPS * 8 + MAX_OBSERVATIONS * OBS_BYTES;
+
+const MAGIC: u32 = 0xD4_7A_5E_C1;
+const HEADER: usize = 96;
+const OBS_BYTES: usize = 40;
+
+/// One measured decode, as the decode-cost model's features (per codec).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DecodeObservation {
+    /// The codec's descriptor byte.
+    pub codec: u8,
+    /// Decoded megapixels.
+    pub mpixels: f64,
+    /// Compressed megabits read.
+    pub mbits: f64,
+    /// Frames decoded and discarded.
+    pub discarded: f64,
+    /// Measured seconds.
+    pub seconds: f64,
+}
+
+/// One rank's contribution to the plan of the next steps.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepRecord {
+    /// The rank.
+    pub rank: u32,
+    /// The step this record closes.
+    pub step: u64,
+    /// Its decode workers.
+    pub workers: u32,
+    /// Seconds from the all-gather until its accelerator is free (predicted).
+    pub accel_free_s: f64,
+    /// Seconds of decode work still queued on its workers.
+    pub queued_cpu_s: f64,
+    /// Byte cap of one step's decoded batch (0: none).
+    pub mem_cap: u64,
+    /// Measured accelerator seconds of its last step.
+    pub gpu_s: f64,
+    /// Σ tokens of the samples it trained in that step.
+    pub sum_tokens: f64,
+    /// Σ tokens² of those samples.
+    pub sum_tokens_sq: f64,
+    /// Samples it trained in that step.
+    pub samples: u32,
+    /// Ids of samples that failed on this rank since the last record.
+    pub skips: Vec<u64>,
+    /// True when more failed than [`MAX_SKIPS`].
+    pub skips_overflow: bool,
+    /// Decode timings measured since the last record.
+    pub observations: Vec<DecodeObservation>,
+}
+
+/// A record that does not decode: not the format, or inconsistent counts.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("step record from the all-gather is malformed: {0}; every rank must run the same DataHelix build")]
+pub struct RecordError(pub &'static str);
+
+fn put(out: &mut [u8], at: usize, bytes: &[u8]) {
+    out[at..at + bytes.len()].copy_from_slice(bytes);
+}
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+fn f64_at(b: &[u8], at: usize) -> f64 {
+    f64::from_bits(u64_at(b, at))
+}
+
+impl StepRecord {
+    /// Adds a failed sample (flags overflow past [`MAX_SKIPS`]).
+    pub fn push_skip(&mut self, id: u64) {
+        if self.skips.len() < MAX_SKIPS {
+            self.skips.push(id);
+        } else {
+            self.skips_overflow = true;
+        }
+    }
+
+    /// Adds a decode timing (dropped past [`MAX_OBSERVATIONS`]).
+    pub fn push_observation(&mut self, o: DecodeObservation) {
+        if self.observations.len() < MAX_OBSERVATIONS {
+            self.observations.push(o);
+        }
+    }
+
+    /// What the planner takes from this record.
+    pub fn rank_state(&self) -> RankState {
+        RankState {
+            workers: self.workers,
+            accel_free_s: self.accel_free_s,
+            queued_cpu_s: self.queued_cpu_s,
+            mem_cap: self.mem_cap,
+        }
+    }
+
+    /// The fixed-size bytes.
+    pub fn encode(&self) -> [u8; RECORD_BYTES] {
+        let mut b = [0u8; RECORD_BYTES];
+        put(&mut b, 0, &MAGIC.to_le_bytes());
+        put(&mut b, 4, &self.rank.to_le_bytes());
+        put(&mut b, 8, &self.step.to_le_bytes());
+        put(&mut b, 16, &self.workers.to_le_bytes());
+        put(&mut b, 20, &self.samples.to_le_bytes());
+        put(&mut b, 24, &self.accel_free_s.to_bits().to_le_bytes());
+        put(&mut b, 32, &self.queued_cpu_s.to_bits().to_le_bytes());
+        put(&mut b, 40, &self.mem_cap.to_le_bytes());
+        put(&mut b, 48, &self.gpu_s.to_bits().to_le_bytes());
+        put(&mut b, 56, &self.sum_tokens.to_bits().to_le_bytes());
+        put(&mut b, 64, &self.sum_tokens_sq.to_bits().to_le_bytes());
+        b[72] = self.skips.len().min(MAX_SKIPS) as u8;
+        b[73] = self.skips_overflow as u8;
+        b[74] = self.observations.len().min(MAX_OBSERVATIONS) as u8;
+        for (k, id) in self.skips.iter().take(MAX_SKIPS).enumerate() {
+            put(&mut b, HEADER + 8 * k, &id.to_le_bytes());
+        }
+        let obs_at = HEADER + 8 * MAX_SKIPS;
+        for (k, o) in self.observations.iter().take(MAX_OBSERVATIONS).enumerate() {
+            let at = obs_at + OBS_BYTES * k;
+            b[at] = o.codec;
+            put(&mut b, at + 8, &o.mpixels.to_bits().to_le_bytes());
+            put(&mut b, at + 16, &o.mbits.to_bits().to_le_bytes());
+            put(&mut b, at + 24, &o.discarded.to_bits().to_le_bytes());
+            put(&mut b, at + 32, &o.seconds.to_bits().to_le_bytes());
+        }
+        b
+    }
+
+    /// Reads a record.
+    pub fn decode(b: &[u8]) -> Result<StepRecord, RecordError> {
+        if b.len() != RECORD_BYTES {
+            return Err(RecordError("wrong length"));
+        }
+        if u32_at(b, 0) != MAGIC {
+            return Err(RecordError("wrong magic"));
+        }
+        let (n_skips, overflow, n_obs) = (b[72] as usize, b[73], b[74] as usize);
+        if n_skips > MAX_SKIPS || n_obs > MAX_OBSERVATIONS || overflow > 1 {
+            return Err(RecordError("counts out of range"));
+        }
+        let obs_at = HEADER + 8 * MAX_SKIPS;
+        Ok(StepRecord {
+            rank: u32_at(b, 4),
+            step: u64_at(b, 8),
+            workers: u32_at(b, 16),
+            samples: u32_at(b, 20),
+            accel_free_s: f64_at(b, 24),
+            queued_cpu_s: f64_at(b, 32),
+            mem_cap: u64_at(b, 40),
+            gpu_s: f64_at(b, 48),
+            sum_tokens: f64_at(b, 56),
+            sum_tokens_sq: f64_at(b, 64),
+            skips: (0..n_skips).map(|k| u64_at(b, HEADER + 8 * k)).collect(),
+            skips_overflow: overflow == 1,
+            observations: (0..n_obs)
+                .map(|k| {
+                    let at = obs_at + OBS_BYTES * k;
+                    DecodeObservation {
+                        codec: b[at],
+                        mpixels: f64_at(b, at + 8),
+                        mbits: f64_at(b, at + 16),
+                        discarded: f64_at(b, at + 24),
+                        seconds: f64_at(b, at + 32),
+                    }
+                })
+                .collect(),
+        })
+    }
+
+    /// Decodes the concatenated records of an all-gather, checking each sits at its rank's slot.
+    pub fn decode_all(bytes: &[u8], ranks: usize) -> Result<Vec<StepRecord>, RecordError> {
+        if bytes.len() != ranks * RECORD_BYTES {
+            return Err(RecordError("all-gather length is not ranks × record size"));
+        }
+        bytes
+            .chunks_exact(RECORD_BYTES)
+            .enumerate()
+            .map(|(r, chunk)| {
+                let rec = StepRecord::decode(chunk)?;
+                if rec.rank as usize != r {
+                    return Err(RecordError("a record sits at another rank's slot"));
+                }
+                Ok(rec)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overflow_is_flagged_and_bad_bytes_rejected() {
+        let mut r = StepRecord { rank: 1, ..StepRecord::default() };
+        for id in 0..20 {
+            r.push_skip(id);
+        }
+        assert_eq!(r.skips.len(), MAX_SKIPS);
+        assert!(r.skips_overflow);
+        let b = r.encode();
+        assert_eq!(StepRecord::decode(&b).unwrap(), r);
+        let mut bad = b;
+        bad[72] = 200;
+        assert!(StepRecord::decode(&bad).is_err());
+        assert!(StepRecord::decode(&b[..10]).is_err());
+        let mut two = StepRecord { rank: 0, ..Default::default() }.encode().to_vec();
+        two.extend_from_slice(&b);
+        assert_eq!(StepRecord::decode_all(&two, 2).unwrap().len(), 2);
+        let mut swapped = b.to_vec();
+        swapped.extend_from_slice(&StepRecord { rank: 0, ..Default::default() }.encode());
+        assert!(StepRecord::decode_all(&swapped, 2).is_err());
+    }
+}
