@@ -50,6 +50,7 @@ pub mod descriptor;
 pub mod gen;
 pub mod index;
 pub mod manifest;
+pub mod metrics;
 pub mod plan;
 pub mod probe;
 pub mod rng;
