@@ -4,4 +4,9 @@
 //! return code. The index's probe uses its [`ffmpeg::Input`] to read container headers; the
 //! sampled-frame decoder builds on the same layer.
 
+pub mod decoder;
 pub mod ffmpeg;
+pub mod sample;
+
+pub use decoder::{AllFrames, DecodeError, DecodeStats, Decoded, Decoder, Shape};
+pub use sample::{Params, Strategy};
