@@ -435,15 +435,16 @@ impl Decoder {
             // The stream ended first: the remaining targets take the last decoded frame.
             let Some(lt) = have_last else { return Err(DecodeError::NoFrames) };
             // A stream that stops well short of its stated duration is damaged or truncated,
-            // even where the demuxer reports a clean end: allow a second, or three frame
-            // intervals for slow streams.
+            // even where the demuxer reports a clean end (Matroska does). A whole file ends one
+            // frame interval before its duration; allow half a second, or three frame intervals
+            // for slow streams.
             let end_gap =
                 Ratio { num: duration.num * lt.den - lt.num * duration.den, den: duration.den * lt.den };
             let (rn, rd) = self.stream.avg_frame_rate;
-            let allowed = if rn > 0 && rd > 0 && 3 * rd as i128 > rn as i128 {
+            let allowed = if rn > 0 && rd > 0 && 6 * rd as i128 > rn as i128 {
                 Ratio { num: 3 * rd as i128, den: rn as i128 }
             } else {
-                Ratio { num: 1, den: 1 }
+                Ratio { num: 1, den: 2 }
             };
             if end_gap.cmp_exact(&allowed).is_gt() {
                 return Err(DecodeError::EndsEarly { last_s: lt.to_f64(), duration_s: duration.to_f64() });

@@ -4,6 +4,7 @@
 //! return code. The index's probe uses its [`ffmpeg::Input`] to read container headers; the
 //! sampled-frame decoder builds on the same layer.
 
+pub mod cost;
 pub mod decoder;
 pub mod ffmpeg;
 pub mod sample;

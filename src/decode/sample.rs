@@ -24,17 +24,15 @@ impl Default for Params {
 
 /// Integer square root (floor).
 pub fn isqrt(n: u64) -> u64 {
-    if n < 2 {
-        return n;
-    }
-    let mut x = (n as f64).sqrt() as u64;
-    while x.saturating_mul(x) > n {
+    let n = n as u128;
+    let mut x = (n as f64).sqrt() as u128;
+    while x * x > n {
         x -= 1;
     }
-    while (x + 1).saturating_mul(x + 1) <= n {
+    while (x + 1) * (x + 1) <= n {
         x += 1;
     }
-    x
+    x as u64
 }
 
 /// The protocol's output length of side `a` against the other side `b`:

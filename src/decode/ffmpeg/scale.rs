@@ -133,3 +133,20 @@ impl Drop for Scaler {
         unsafe { ff::sws_freeContext(self.ctx.as_ptr()) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_or_unsupported_formats_are_errors_not_aborts() {
+        // -1 (none), out of range, and a hardware format swscale cannot read.
+        for fmt in [-1, 100_000, ff::AVPixelFormat::AV_PIX_FMT_VAAPI as i32] {
+            assert!(Scaler::new(64, 64, fmt, 28, 28).is_err(), "format {fmt}");
+        }
+        assert!(Scaler::new(0, 64, 0, 28, 28).is_err());
+        assert!(Scaler::new(64, 64, ff::AVPixelFormat::AV_PIX_FMT_YUV420P as i32, 28, 28).is_ok());
+        assert_eq!(pixel_format_name(0), "yuv420p");
+        assert_eq!(pixel_format_name(-1), "fmt-1");
+    }
+}
