@@ -5,3 +5,8 @@
 pub mod cli;
 pub mod decode;
 pub mod descriptor;
+pub mod gen;
+pub mod index;
+pub mod manifest;
+pub mod probe;
+pub mod sampler;

@@ -4,6 +4,11 @@
 //! Exit codes: 0 success, 1 the run finished but reported failures (with `--strict`), 2 bad usage
 //! or unusable input.
 
+mod gen;
+mod index;
+
+use std::path::Path;
+
 use clap::{Parser, Subcommand};
 
 /// Exit status for "finished, but reported failures".
@@ -22,7 +27,12 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Write a dataset from a spec (drives the ffmpeg CLI).
+    Gen(gen::GenArgs),
+    /// Probe a dataset and write its descriptor index.
+    Index(index::IndexArgs),
+}
 
 /// An error the CLI reports on stderr before exiting with `code`.
 #[derive(Debug)]
@@ -42,12 +52,29 @@ impl CliError {
 
 /// Runs a parsed command line; returns the process exit status.
 pub fn run(cli: Cli) -> i32 {
-    let result: Result<i32, CliError> = match cli.command {};
+    let result = match cli.command {
+        Command::Gen(args) => gen::run(args),
+        Command::Index(args) => index::run(args),
+    };
     match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("datahelix: {}", e.message);
             e.code
+        }
+    }
+}
+
+/// Prints one JSON document on stdout, or writes it to `out`.
+pub fn write_json<T: serde::Serialize>(doc: &T, out: Option<&Path>) -> Result<(), CliError> {
+    let text =
+        serde_json::to_string_pretty(doc).map_err(|e| CliError::usage(format!("cannot encode JSON: {e}")))?;
+    match out {
+        Some(path) => std::fs::write(path, text + "\n")
+            .map_err(|e| CliError::usage(format!("cannot write {}: {e}", path.display()))),
+        None => {
+            println!("{text}");
+            Ok(())
         }
     }
 }

@@ -1,0 +1,248 @@
+//! Building the index: probe every manifest entry in parallel, write the file atomically.
+//!
+//! A rebuild re-probes only the files whose size or modification time changed since the last
+//! index; every other descriptor is copied from it.
+//!
+//! ```no_run
+//! use datahelix::index::{build, BuildOptions};
+//!
+//! let report = build(std::path::Path::new("data/tiny"), &BuildOptions::default())?;
+//! println!("{} samples, {} ok, {} re-probed", report.count, report.ok, report.probed);
+//! # Ok::<(), datahelix::index::writer::BuildError>(())
+//! ```
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rayon::prelude::*;
+use sha2::Digest;
+
+use super::format::{Header, ID_ENTRY_BYTES};
+use super::{Index, INDEX_PATH};
+use crate::descriptor::record::{self, PathRef, RECORD_BYTES};
+use crate::descriptor::{Descriptor, Status};
+use crate::manifest::{self, Entry, LineError, MANIFEST_FILE};
+use crate::probe;
+
+/// How to build.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// Probe threads (0: one per core).
+    pub workers: usize,
+    /// Show a progress bar on stderr (only drawn when stderr is a terminal).
+    pub progress: bool,
+    /// Re-probe every file, ignoring an existing index.
+    pub force: bool,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions { workers: 0, progress: true, force: false }
+    }
+}
+
+/// What a build did.
+#[derive(Clone, Debug, Default)]
+pub struct BuildReport {
+    /// Manifest entries (records written) plus malformed lines.
+    pub count: usize,
+    /// Usable samples.
+    pub ok: usize,
+    /// `count - ok`.
+    pub bad: usize,
+    /// Bad entries by reason word (`missing`, `truncated`, ..., `malformed_line`).
+    pub by_status: BTreeMap<String, usize>,
+    /// Malformed manifest lines, each naming its line.
+    pub manifest_errors: Vec<LineError>,
+    /// Files probed this time.
+    pub probed: usize,
+    /// Descriptors copied unchanged from the previous index.
+    pub reused: usize,
+    /// Wall seconds.
+    pub seconds: f64,
+    /// The index file written.
+    pub path: PathBuf,
+}
+
+/// Why the index could not be built at all (bad samples never cause this).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// No readable manifest in the folder.
+    #[error("cannot read {path}: {source}; a dataset folder needs a {MANIFEST_FILE} (see PROTOCOL.md, \"Dataset\")")]
+    Manifest {
+        /// The manifest path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The index could not be written.
+    #[error("cannot write the index at {path}: {source}; check that the dataset folder is writable")]
+    Write {
+        /// The index path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The probe thread pool could not start.
+    #[error("cannot start {workers} probe threads: {reason}")]
+    Threads {
+        /// Requested threads.
+        workers: usize,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Builds (or updates) `dir/.datahelix/index` from `dir/manifest.jsonl`.
+pub fn build(dir: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
+    let started = Instant::now();
+    let manifest_path = dir.join(MANIFEST_FILE);
+    let manifest_err = |source| BuildError::Manifest { path: manifest_path.clone(), source };
+    let manifest_bytes = std::fs::read(&manifest_path).map_err(manifest_err)?;
+    let (manifest_len, manifest_mtime) = probe::stat(&manifest_path)
+        .map_err(|s| manifest_err(std::io::Error::other(format!("manifest is {s}"))))?;
+    let manifest = manifest::parse(&manifest_bytes);
+
+    let previous = if opts.force { HashMap::new() } else { previous_descriptors(dir) };
+    let mut seen = HashSet::with_capacity(manifest.entries.len());
+    let duplicate: Vec<bool> = manifest.entries.iter().map(|e| !seen.insert(e.id)).collect();
+
+    let progress = progress_bar(opts.progress, manifest.entries.len() as u64);
+    let probe_one = |(e, dup): (&Entry, &bool)| -> (Descriptor, bool) {
+        let d = if *dup {
+            Descriptor {
+                id: e.id,
+                text_tokens: e.text_tokens,
+                manifest_line: e.line,
+                status: Status::DuplicateId,
+                ..Default::default()
+            }
+        } else if let Some(d) = reusable(&previous, dir, e) {
+            progress.inc(1);
+            return (d, true);
+        } else {
+            probe::probe(dir, e)
+        };
+        progress.inc(1);
+        (d, false)
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.workers)
+        .build()
+        .map_err(|e| BuildError::Threads { workers: opts.workers, reason: e.to_string() })?;
+    let results: Vec<(Descriptor, bool)> =
+        pool.install(|| manifest.entries.par_iter().zip(duplicate.par_iter()).map(probe_one).collect());
+    progress.finish_and_clear();
+
+    let descriptors: Vec<Descriptor> = results.iter().map(|(d, _)| *d).collect();
+    let paths: Vec<&str> = manifest.entries.iter().map(|e| e.path.as_str()).collect();
+    let manifest_sha256: [u8; 32] = sha2::Sha256::digest(&manifest_bytes).into();
+    let bytes = encode_index(&descriptors, &paths, manifest_len, manifest_mtime, manifest_sha256);
+    let index_path = dir.join(INDEX_PATH);
+    write_atomically(&index_path, &bytes)
+        .map_err(|source| BuildError::Write { path: index_path.clone(), source })?;
+
+    let mut report = BuildReport {
+        count: descriptors.len() + manifest.errors.len(),
+        ok: descriptors.iter().filter(|d| d.status.is_ok()).count(),
+        reused: results.iter().filter(|(_, r)| *r).count(),
+        probed: results.iter().filter(|(d, r)| !*r && d.status != Status::DuplicateId).count(),
+        seconds: started.elapsed().as_secs_f64(),
+        path: index_path,
+        ..Default::default()
+    };
+    for d in descriptors.iter().filter(|d| !d.status.is_ok()) {
+        *report.by_status.entry(d.status.name().to_string()).or_default() += 1;
+    }
+    if !manifest.errors.is_empty() {
+        report.by_status.insert("malformed_line".into(), manifest.errors.len());
+    }
+    report.bad = report.count - report.ok;
+    report.manifest_errors = manifest.errors;
+    Ok(report)
+}
+
+/// Descriptors of the previous index keyed by (id, path), when one can be read.
+fn previous_descriptors(dir: &Path) -> HashMap<(u64, String), Descriptor> {
+    let Ok(old) = Index::open_file(&dir.join(INDEX_PATH)) else { return HashMap::new() };
+    (0..old.len())
+        .filter_map(|i| Some(((old.get(i).ok()?.id, old.path(i).ok()?.to_owned()), old.get(i).ok()?)))
+        .collect()
+}
+
+/// The previous descriptor of `e`, when its file's size and mtime are unchanged.
+fn reusable(previous: &HashMap<(u64, String), Descriptor>, dir: &Path, e: &Entry) -> Option<Descriptor> {
+    let old = previous.get(&(e.id, e.path.clone()))?;
+    if old.bytes == 0 || matches!(old.status, Status::DuplicateId | Status::BadPath | Status::Unreadable) {
+        return None;
+    }
+    let (bytes, mtime_ns) = probe::stat(&dir.join(&e.path)).ok()?;
+    if (bytes, mtime_ns) != (old.bytes, old.mtime_ns) {
+        return None;
+    }
+    Some(Descriptor { text_tokens: e.text_tokens, manifest_line: e.line, ..*old })
+}
+
+/// The index file's bytes for these descriptors and paths (same order).
+pub fn encode_index(
+    descriptors: &[Descriptor],
+    paths: &[&str],
+    manifest_len: u64,
+    manifest_mtime_ns: i64,
+    manifest_sha256: [u8; 32],
+) -> Vec<u8> {
+    let paths_len: u64 = paths.iter().map(|p| p.len() as u64).sum();
+    let mut header = Header::layout(descriptors.len() as u64, paths_len);
+    header.manifest_len = manifest_len;
+    header.manifest_mtime_ns = manifest_mtime_ns;
+    header.manifest_sha256 = manifest_sha256;
+    let mut out = Vec::with_capacity(header.file_len() as usize);
+    out.extend_from_slice(&header.encode());
+    let mut offset = 0u64;
+    for (d, p) in descriptors.iter().zip(paths) {
+        let mut rec = [0u8; RECORD_BYTES];
+        record::encode(d, PathRef { offset, len: p.len() as u32 }, &mut rec);
+        out.extend_from_slice(&rec);
+        offset += p.len() as u64;
+    }
+    let mut ids: Vec<(u64, u64)> = descriptors.iter().enumerate().map(|(i, d)| (d.id, i as u64)).collect();
+    ids.sort_unstable();
+    for (id, pos) in ids {
+        let mut e = [0u8; ID_ENTRY_BYTES];
+        e[..8].copy_from_slice(&id.to_le_bytes());
+        e[8..].copy_from_slice(&pos.to_le_bytes());
+        out.extend_from_slice(&e);
+    }
+    for p in paths {
+        out.extend_from_slice(p.as_bytes());
+    }
+    out
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent)?;
+    let tmp = parent.join(format!(".index.tmp.{}", std::process::id()));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+fn progress_bar(wanted: bool, len: u64) -> indicatif::ProgressBar {
+    if !wanted || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("probing {bar:40} {pos}/{len} files  {per_sec}  eta {eta}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}

@@ -1,0 +1,353 @@
+//! Reading a sample's [`Descriptor`] from its file, without decoding it.
+//!
+//! Images are read by their own headers ([`image`]); videos by FFmpeg's demuxer, which reads the
+//! container header (`avformat_open_input`) — MP4's `moov`, Matroska's tracks and cues. Only when
+//! the header lacks a field (MPEG-4 Part 2 in MP4 states no size) does the probe fall back to
+//! `avformat_find_stream_info`, which decodes the first frames. A structural check of the
+//! container ([`container`]) catches files cut off after an intact header.
+//!
+//! ```no_run
+//! use datahelix::manifest::Entry;
+//! use datahelix::probe::probe;
+//!
+//! let entry = Entry { id: 7, path: "videos/000007.mp4".into(), text_tokens: 32, line: 1 };
+//! let d = probe(std::path::Path::new("data/tiny"), &entry);
+//! println!("{} {}x{} {} frames: {}", d.codec, d.width, d.height, d.frames, d.status);
+//! ```
+//!
+//! The probe never fails: a file that cannot be used yields a descriptor whose [`Status`] says
+//! why.
+
+pub mod container;
+pub mod image;
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Component, Path};
+
+use ffmpeg_sys_next::AVCodecID;
+
+use crate::decode::ffmpeg::{AvErrorKind, IndexEntry, Input, StreamInfo};
+use crate::descriptor::{Codec, Container, Descriptor, Modality, Status};
+use crate::manifest::Entry;
+use container::Structure;
+
+/// Largest width or height a descriptor accepts (FFmpeg's own limit is 16384 for most decoders).
+pub const MAX_SIDE: u32 = 32_768;
+
+/// Whether a manifest path stays inside the dataset folder (relative, no `..`).
+pub fn is_safe_relative(path: &str) -> bool {
+    let p = Path::new(path);
+    !path.is_empty()
+        && p.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+        && !path.contains('\0')
+}
+
+/// File size and modification time (ns since the epoch), or the status that explains why not.
+pub fn stat(path: &Path) -> Result<(u64, i64), Status> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Status::Missing),
+        Err(_) => return Err(Status::Unreadable),
+    };
+    if !meta.is_file() {
+        return Err(Status::Unreadable);
+    }
+    let mtime_ns = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos().min(i64::MAX as u128) as i64)
+        .unwrap_or(0);
+    Ok((meta.len(), mtime_ns))
+}
+
+/// Probes one manifest entry of the dataset in `dir`.
+pub fn probe(dir: &Path, entry: &Entry) -> Descriptor {
+    let mut d = Descriptor {
+        id: entry.id,
+        text_tokens: entry.text_tokens,
+        manifest_line: entry.line,
+        ..Descriptor::default()
+    };
+    if !is_safe_relative(&entry.path) {
+        d.status = Status::BadPath;
+        return d;
+    }
+    let path = dir.join(&entry.path);
+    match stat(&path) {
+        Ok((bytes, mtime_ns)) => {
+            d.bytes = bytes;
+            d.mtime_ns = mtime_ns;
+        }
+        Err(status) => {
+            d.status = status;
+            return d;
+        }
+    }
+    if d.bytes == 0 {
+        d.status = Status::Empty;
+        return d;
+    }
+    let mut file = match File::open(&path) {
+        Ok(f) => f,
+        Err(_) => {
+            d.status = Status::Unreadable;
+            return d;
+        }
+    };
+    let head = match read_head(&mut file, 64 * 1024) {
+        Ok(h) => h,
+        Err(_) => {
+            d.status = Status::Unreadable;
+            return d;
+        }
+    };
+    if let Some(codec) = image::sniff(&head) {
+        probe_image(&mut d, codec, &head, &mut file);
+    } else {
+        probe_video(&mut d, &path, &head, &mut file);
+    }
+    d
+}
+
+fn read_head(file: &mut File, max: usize) -> std::io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(max);
+    file.by_ref().take(max as u64).read_to_end(&mut head)?;
+    Ok(head)
+}
+
+fn read_tail(file: &mut File, len: u64, n: u64) -> std::io::Result<Vec<u8>> {
+    let n = n.min(len);
+    file.seek(SeekFrom::Start(len - n))?;
+    let mut tail = Vec::with_capacity(n as usize);
+    file.by_ref().take(n).read_to_end(&mut tail)?;
+    Ok(tail)
+}
+
+fn probe_image(d: &mut Descriptor, codec: Codec, head: &[u8], file: &mut File) {
+    d.modality = Modality::Image;
+    d.codec = codec;
+    d.container = if codec == Codec::Jpeg { Container::Jpeg } else { Container::Png };
+    d.frames = 1;
+    let header = if codec == Codec::Jpeg { image::jpeg(head) } else { image::png(head) };
+    let header = match header {
+        Ok(h) => h,
+        Err(image::ImageProblem::Truncated) if (head.len() as u64) < d.bytes => {
+            // The SOF sits beyond the first 64 KiB (large EXIF): read the whole file.
+            let mut all = Vec::new();
+            let whole = file.seek(SeekFrom::Start(0)).and_then(|_| file.read_to_end(&mut all));
+            match whole.ok().and_then(|_| image::jpeg(&all).ok()) {
+                Some(h) => h,
+                None => {
+                    d.status = Status::Corrupt;
+                    return;
+                }
+            }
+        }
+        Err(image::ImageProblem::Truncated) => {
+            d.status = Status::Truncated;
+            return;
+        }
+        Err(image::ImageProblem::Corrupt) => {
+            d.status = Status::Corrupt;
+            return;
+        }
+    };
+    d.width = header.width;
+    d.height = header.height;
+    d.bit_rate = 0;
+    let complete = match read_tail(file, d.bytes, 16) {
+        Ok(tail) if codec == Codec::Jpeg => image::jpeg_complete(&tail),
+        Ok(tail) => image::png_complete(&tail),
+        Err(_) => false,
+    };
+    d.status = if !complete {
+        Status::Truncated
+    } else if !sides_ok(d.width, d.height) {
+        Status::BadDimensions
+    } else {
+        Status::Ok
+    };
+}
+
+fn sides_ok(w: u32, h: u32) -> bool {
+    (1..=MAX_SIDE).contains(&w) && (1..=MAX_SIDE).contains(&h)
+}
+
+fn codec_of(id: AVCodecID) -> Codec {
+    match id {
+        AVCodecID::AV_CODEC_ID_H264 => Codec::H264,
+        AVCodecID::AV_CODEC_ID_MPEG4 => Codec::Mpeg4,
+        AVCodecID::AV_CODEC_ID_MJPEG => Codec::Jpeg,
+        AVCodecID::AV_CODEC_ID_PNG => Codec::Png,
+        AVCodecID::AV_CODEC_ID_HEVC => Codec::Hevc,
+        AVCodecID::AV_CODEC_ID_VP9 => Codec::Vp9,
+        AVCodecID::AV_CODEC_ID_AV1 => Codec::Av1,
+        _ => Codec::Other,
+    }
+}
+
+fn container_of(format_name: &str) -> Container {
+    if format_name.starts_with("mov,mp4") {
+        Container::Mp4
+    } else if format_name.starts_with("matroska") {
+        Container::Mkv
+    } else {
+        Container::Other
+    }
+}
+
+fn structure_of(head: &[u8], file: &mut File, len: u64) -> Structure {
+    let checked = match container::sniff(head) {
+        Some(Container::Mp4) => container::check_mp4(file, len),
+        Some(Container::Mkv) => container::check_mkv(file, len),
+        _ => Ok(Structure::Unknown),
+    };
+    checked.unwrap_or(Structure::Corrupt)
+}
+
+fn probe_video(d: &mut Descriptor, path: &Path, head: &[u8], file: &mut File) {
+    let structure = structure_of(head, file, d.bytes);
+    let known_container = container::sniff(head);
+    d.container = known_container.unwrap_or(Container::Unknown);
+    let mut input = match Input::open(path) {
+        Ok(i) => i,
+        Err(e) => {
+            d.status = match (structure, known_container, e.kind()) {
+                (Structure::Truncated, _, _) => Status::Truncated,
+                (_, Some(_), _) => Status::Corrupt,
+                (_, None, AvErrorKind::NotFound) => Status::Missing,
+                (_, None, AvErrorKind::Io) => Status::Unreadable,
+                _ => Status::NotMedia,
+            };
+            return;
+        }
+    };
+    d.container = container_of(&input.format_name());
+    let Some(mut stream) = input.best_video_stream() else {
+        d.status = Status::NoVideoStream;
+        return;
+    };
+    d.modality = Modality::Video;
+    d.codec = codec_of(stream.codec_id);
+    if stream.width == 0 || stream.height == 0 || fps_of(&stream).is_none() {
+        // The header lacks a field (MPEG-4 Part 2 in MP4 states no size): read the first frames.
+        if input.find_stream_info().is_ok() {
+            if let Some(s) = input.stream(stream.index) {
+                stream = s;
+            }
+        }
+    }
+    d.width = stream.width;
+    d.height = stream.height;
+    fill_timing(d, &input, &stream);
+    let entries = input.index_entries(stream.index);
+    d.keyint = keyint_of(&entries, &stream, d);
+    if let Some(end) = index_end(&entries) {
+        if end > d.bytes {
+            d.status = Status::Truncated;
+            return;
+        }
+    }
+    d.status = if structure == Structure::Truncated {
+        Status::Truncated
+    } else if structure == Structure::Corrupt {
+        Status::Corrupt
+    } else if !d.codec.is_supported() {
+        Status::UnsupportedCodec
+    } else if !sides_ok(d.width, d.height) {
+        Status::BadDimensions
+    } else if d.duration_ticks <= 0 {
+        Status::NoDuration
+    } else {
+        Status::Ok
+    };
+}
+
+fn fps_of(s: &StreamInfo) -> Option<(u32, u32)> {
+    let ok = |(n, d): (i32, i32)| (n > 0 && d > 0).then_some((n as u32, d as u32));
+    ok(s.avg_frame_rate).or_else(|| ok(s.r_frame_rate))
+}
+
+/// Duration (exact, PROTOCOL.md's rule: the stream's, else the container's), fps, frames, bit rate.
+fn fill_timing(d: &mut Descriptor, input: &Input, s: &StreamInfo) {
+    let (tb_num, tb_den) = s.time_base;
+    if let (Some(ticks), true) = (s.duration, tb_num > 0 && tb_den > 0) {
+        d.duration_ticks = ticks;
+        d.time_base_num = tb_num as u32;
+        d.time_base_den = tb_den as u32;
+    } else if let Some(us) = input.duration_us() {
+        d.duration_ticks = us;
+        d.time_base_num = 1;
+        d.time_base_den = 1_000_000;
+    }
+    if let Some((n, den)) = fps_of(s) {
+        d.fps_num = n;
+        d.fps_den = den;
+    }
+    let duration = d.duration_s();
+    d.frames = if s.nb_frames > 0 {
+        s.nb_frames.min(u32::MAX as i64) as u32
+    } else {
+        // Matroska states no frame count: duration × fps.
+        (duration * d.fps()).round().clamp(0.0, u32::MAX as f64) as u32
+    };
+    d.bit_rate = if s.bit_rate > 0 {
+        s.bit_rate as u64
+    } else if let Some(b) = input.bit_rate() {
+        b as u64
+    } else if duration > 0.0 {
+        (d.bytes as f64 * 8.0 / duration) as u64
+    } else {
+        0
+    };
+}
+
+/// Largest gap between keyframes, in frames, from the demuxer's seek index (0 when it has none).
+fn keyint_of(entries: &[IndexEntry], s: &StreamInfo, d: &Descriptor) -> u32 {
+    let (tb_num, tb_den) = s.time_base;
+    let fps = d.fps();
+    if entries.is_empty() || tb_num <= 0 || tb_den <= 0 || fps <= 0.0 {
+        return 0;
+    }
+    let mut keys: Vec<i64> = entries.iter().filter(|e| e.keyframe).map(|e| e.timestamp).collect();
+    if keys.is_empty() {
+        return 0;
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    let start = s.start_time.unwrap_or(keys[0]);
+    let end = start.saturating_add(s.duration.unwrap_or(0));
+    let ticks_to_frames = |t: i64| t as f64 * tb_num as f64 / tb_den as f64 * fps;
+    let mut max_gap = 0.0f64;
+    for w in keys.windows(2) {
+        max_gap = max_gap.max(ticks_to_frames(w[1].saturating_sub(w[0])));
+    }
+    if let Some(&last) = keys.last() {
+        if end > last {
+            max_gap = max_gap.max(ticks_to_frames(end - last));
+        }
+    }
+    max_gap.round().clamp(1.0, u32::MAX as f64) as u32
+}
+
+/// The byte just past the last packet the seek index lists, when it lists sizes (MP4 does).
+fn index_end(entries: &[IndexEntry]) -> Option<u64> {
+    entries.iter().filter(|e| e.pos >= 0 && e.size > 0).map(|e| e.pos as u64 + e.size as u64).max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_must_stay_inside_the_dataset() {
+        assert!(is_safe_relative("videos/a.mp4"));
+        assert!(is_safe_relative("./a.mp4"));
+        assert!(!is_safe_relative("../a.mp4"));
+        assert!(!is_safe_relative("videos/../../etc/passwd"));
+        assert!(!is_safe_relative("/etc/passwd"));
+        assert!(!is_safe_relative(""));
+    }
+}

@@ -1,0 +1,80 @@
+//! Shared helpers of the integration tests: generated datasets, the built binary, Open MPI's
+//! environment for this machine.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The `datahelix` binary built for this test run.
+pub fn datahelix() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_datahelix"));
+    c.env("DATAHELIX_LOG", "warn");
+    c
+}
+
+/// Runs a command and returns its output, failing the test with its stderr if it could not start.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+/// Generates the dataset of `scripts/specs/NAME.json` once per test binary, under the target
+/// folder (shared across test binaries: generation is skipped when the folder already holds it),
+/// and returns its folder. The folder is read-only by convention: copy it to change it.
+pub fn dataset(name: &str) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("datasets").join(name);
+    let spec = repo().join("scripts/specs").join(format!("{name}.json"));
+    let o = run(datahelix().args(["gen", "--spec"]).arg(&spec).arg("--out").arg(&out));
+    assert!(o.status.success(), "gen {name} failed: {}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// The tiny dataset (12 samples: h264/mpeg4 in mp4/mkv, jpeg, png), indexed.
+pub fn tiny_dataset() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = dataset("tiny");
+        let o = run(datahelix().arg("index").arg(&dir));
+        assert!(o.status.success(), "index failed: {}", String::from_utf8_lossy(&o.stderr));
+        dir
+    })
+    .clone()
+}
+
+/// Copies a dataset folder (files and manifest, not its index) into a fresh temporary folder.
+pub fn copy_dataset(from: &Path) -> tempfile::TempDir {
+    let to = tempfile::tempdir().expect("tempdir");
+    copy_tree(from, to.path());
+    let _ = std::fs::remove_dir_all(to.path().join(".datahelix"));
+    to
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+/// The environment Open MPI needs on this machine (root, more ranks than cores, no pinning).
+pub fn mpi_env(cmd: &mut Command) -> &mut Command {
+    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .env("OMPI_MCA_hwloc_base_binding_policy", "none")
+        .env("OMPI_MCA_btl", "self,vader,tcp")
+        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+}
