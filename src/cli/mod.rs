@@ -4,6 +4,8 @@
 //! Exit codes: 0 success, 1 the run finished but reported failures (with `--strict`), 2 bad usage
 //! or unusable input.
 
+mod calibrate;
+mod decode;
 mod gen;
 mod index;
 
@@ -32,6 +34,10 @@ pub enum Command {
     Gen(gen::GenArgs),
     /// Probe a dataset and write its descriptor index.
     Index(index::IndexArgs),
+    /// Decode samples into tensors with the worker pool.
+    Decode(decode::DecodeArgs),
+    /// Fit the decode-cost model on this machine.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 /// An error the CLI reports on stderr before exiting with `code`.
@@ -55,6 +61,8 @@ pub fn run(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::Gen(args) => gen::run(args),
         Command::Index(args) => index::run(args),
+        Command::Decode(args) => decode::run(args),
+        Command::Calibrate(args) => calibrate::run(args),
     };
     match result {
         Ok(code) => code,

@@ -178,7 +178,7 @@ impl Input {
     pub fn read_packet(&mut self, packet: &mut Packet) -> Result<bool, AvError> {
         packet.unref();
         // SAFETY: ctx is an open context; packet is a valid, empty packet.
-        let ret = unsafe { ff::av_read_frame(self.ctx.as_ptr(), packet.as_mut_ptr()) };
+        let ret = unsafe { ff::av_read_frame(self.as_mut_ptr(), packet.as_mut_ptr()) };
         match check(ret, "av_read_frame") {
             Ok(_) => Ok(true),
             Err(e) if e.kind() == super::AvErrorKind::Eof => Ok(false),
