@@ -107,3 +107,45 @@ fn zero_frame_video_and_missing_file_are_errors() {
     std::fs::write(d.join("text.mkv"), b"this is not a video at all").unwrap();
     assert!(decode(&d.join("text.mkv")).is_err());
 }
+
+mod common;
+
+#[test]
+fn cli_reports_changed_and_missing_files_per_sample_and_goes_on() {
+    use common::{copy_dataset, datahelix, run, tiny_dataset};
+    let copy = copy_dataset(&tiny_dataset());
+    let dir = copy.path();
+    assert!(run(datahelix().arg("index").arg(dir)).status.success());
+    let mut files: Vec<_> =
+        std::fs::read_dir(dir.join("videos")).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    // One file grows after indexing, one disappears, one is cut in half (same size? no: a new
+    // size is also a change), and one is overwritten in place with garbage of the same size.
+    let mut grown = std::fs::read(&files[0]).unwrap();
+    grown.extend_from_slice(b"appended");
+    std::fs::write(&files[0], grown).unwrap();
+    std::fs::remove_file(&files[1]).unwrap();
+    let n = std::fs::metadata(&files[2]).unwrap().len() as usize;
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(&files[2], vec![0x42u8; n]).unwrap();
+    let out = run(datahelix().arg("decode").arg(dir).args(["--json", "--strict"]));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let samples = doc["samples"].as_array().unwrap();
+    let err_of = |f: &std::path::Path| {
+        let name = f.file_name().unwrap().to_str().unwrap();
+        let s = samples.iter().find(|s| s["path"].as_str().unwrap().ends_with(name)).unwrap();
+        s["error"].as_str().map(str::to_owned)
+    };
+    let e0 = err_of(&files[0]).expect("grown file must fail");
+    assert!(
+        e0.contains("changed since indexing") && e0.contains(files[0].file_name().unwrap().to_str().unwrap()),
+        "{e0}"
+    );
+    let e1 = err_of(&files[1]).expect("missing file must fail");
+    assert!(e1.contains("missing"), "{e1}");
+    let e2 = err_of(&files[2]).expect("rewritten file must fail");
+    assert!(e2.contains("changed since indexing"), "{e2}");
+    let ok = samples.iter().filter(|s| s["error"].is_null()).count();
+    assert_eq!(ok, samples.len() - 3);
+}

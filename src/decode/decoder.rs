@@ -45,6 +45,9 @@ pub enum DecodeError {
         /// Stated duration.
         duration_s: f64,
     },
+    /// A JPEG image ends before its end-of-image marker.
+    #[error("truncated JPEG (no end-of-image marker)")]
+    TruncatedImage,
     /// Not a single frame could be decoded.
     #[error("no frame decoded (zero-frame video)")]
     NoFrames,
@@ -283,6 +286,15 @@ impl Decoder {
                     continue;
                 }
                 self.stats.bytes_read += self.packet.size() as u64;
+                if self.image && self.stream.codec_id == ffmpeg_sys_next::AVCodecID::AV_CODEC_ID_MJPEG {
+                    // FFmpeg's JPEG decoder quietly "emulates" a missing end-of-image marker and
+                    // returns a partly grey picture; a cut file must fail instead.
+                    let d = self.packet.data();
+                    let end = d.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+                    if !d[..end].ends_with(&[0xFF, 0xD9]) {
+                        return Err(DecodeError::TruncatedImage);
+                    }
+                }
                 let dts = self.packet.dts();
                 if dts.is_some() {
                     self.position = dts;
@@ -434,21 +446,7 @@ impl Decoder {
         if i < f {
             // The stream ended first: the remaining targets take the last decoded frame.
             let Some(lt) = have_last else { return Err(DecodeError::NoFrames) };
-            // A stream that stops well short of its stated duration is damaged or truncated,
-            // even where the demuxer reports a clean end (Matroska does). A whole file ends one
-            // frame interval before its duration; allow half a second, or three frame intervals
-            // for slow streams.
-            let end_gap =
-                Ratio { num: duration.num * lt.den - lt.num * duration.den, den: duration.den * lt.den };
-            let (rn, rd) = self.stream.avg_frame_rate;
-            let allowed = if rn > 0 && rd > 0 && 6 * rd as i128 > rn as i128 {
-                Ratio { num: 3 * rd as i128, den: rn as i128 }
-            } else {
-                Ratio { num: 1, den: 2 }
-            };
-            if end_gap.cmp_exact(&allowed).is_gt() {
-                return Err(DecodeError::EndsEarly { last_s: lt.to_f64(), duration_s: duration.to_f64() });
-            }
+            self.check_end(lt)?;
             let first = match last_slot {
                 Some(s) => s,
                 None => {
@@ -466,6 +464,26 @@ impl Decoder {
             }
         }
         Ok(Decoded { shape, timestamps_s: timestamps, stats: self.stats, strategy })
+    }
+
+    /// A stream that stops well short of its stated duration is damaged or truncated, even
+    /// where the demuxer reports a clean end (Matroska does). A whole file ends one frame
+    /// interval before its duration; allow half a second, or three frame intervals for slow
+    /// streams.
+    fn check_end(&self, last: Ratio) -> Result<(), DecodeError> {
+        let Some(duration) = self.duration else { return Ok(()) };
+        let end_gap =
+            Ratio { num: duration.num * last.den - last.num * duration.den, den: duration.den * last.den };
+        let (rn, rd) = self.stream.avg_frame_rate;
+        let allowed = if rn > 0 && rd > 0 && 6 * rd as i128 > rn as i128 {
+            Ratio { num: 3 * rd as i128, den: rn as i128 }
+        } else {
+            Ratio { num: 1, den: 2 }
+        };
+        if end_gap.cmp_exact(&allowed).is_gt() {
+            return Err(DecodeError::EndsEarly { last_s: last.to_f64(), duration_s: duration.to_f64() });
+        }
+        Ok(())
     }
 
     /// Whether a keyframe of the demuxer's index lies between the current position and `t`.
@@ -493,14 +511,24 @@ impl Decoder {
         let tb = self.stream.time_base;
         let mut timestamps = Vec::new();
         let (mut width, mut height, mut fmt) = (0, 0, -1);
+        let mut latest: Option<Ratio> = None;
         while self.next_frame()? {
             if timestamps.is_empty() {
                 (width, height, fmt) = (self.frame.width(), self.frame.height(), self.frame.format());
             }
-            timestamps.push(self.frame.pts().map_or(f64::NAN, |p| time_of(p, self.start, tb).to_f64()));
+            let t = self.frame.pts().map(|p| time_of(p, self.start, tb));
+            if let Some(t) = t {
+                if latest.map_or(true, |l| t.cmp_exact(&l).is_gt()) {
+                    latest = Some(t);
+                }
+            }
+            timestamps.push(t.map_or(f64::NAN, |t| t.to_f64()));
         }
         if timestamps.is_empty() {
             return Err(DecodeError::NoFrames);
+        }
+        if let (false, Some(l)) = (self.image, latest) {
+            self.check_end(l)?;
         }
         Ok(AllFrames {
             frames: timestamps.len() as u64,

@@ -299,7 +299,7 @@ struct QueueState {
 pub struct Pool {
     queue: Arc<Queue>,
     buffers: Arc<Buffers>,
-    results: mpsc::Receiver<Outcome>,
+    results: Mutex<mpsc::Receiver<Outcome>>,
     threads: Vec<JoinHandle<()>>,
     pending: AtomicU64,
 }
@@ -336,7 +336,7 @@ impl Pool {
                     .expect("spawn decode worker")
             })
             .collect();
-        Pool { queue, buffers, results, threads, pending: AtomicU64::new(0) }
+        Pool { queue, buffers, results: Mutex::new(results), threads, pending: AtomicU64::new(0) }
     }
 
     /// Lets a paused pool's workers start.
@@ -361,7 +361,7 @@ impl Pool {
         if self.pending.load(Ordering::SeqCst) == 0 {
             return None;
         }
-        let o = self.results.recv().ok()?;
+        let o = self.results.lock().unwrap_or_else(|e| e.into_inner()).recv().ok()?;
         self.pending.fetch_sub(1, Ordering::SeqCst);
         Some(o)
     }

@@ -142,6 +142,17 @@ impl Packet {
         self.raw().size.max(0) as usize
     }
 
+    /// The payload bytes.
+    pub fn data(&self) -> &[u8] {
+        let p = self.raw();
+        if p.data.is_null() || p.size <= 0 {
+            return &[];
+        }
+        // SAFETY: a filled packet's data points to `size` readable bytes that live as long as
+        // the packet's reference, which `&self` keeps.
+        unsafe { std::slice::from_raw_parts(p.data, p.size as usize) }
+    }
+
     /// Decoding timestamp, when known.
     pub fn dts(&self) -> Option<i64> {
         let d = self.raw().dts;
