@@ -484,3 +484,34 @@ fn run_job(job: &Job, buffers: &Arc<Buffers>, params: &Params) -> Option<JobResu
         Err(e) => Some((Err(e), seconds, cpu)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buffers(budget: usize) -> Buffers {
+        Buffers {
+            budget,
+            state: Mutex::new(BufState { free: Vec::new(), allocated: 0, closed: false }),
+            returned: Condvar::new(),
+        }
+    }
+
+    #[test]
+    fn buffers_are_reused_and_evicted_within_the_budget() {
+        let b = buffers(250);
+        let x = b.acquire(100).unwrap();
+        assert_eq!(x.len(), 100);
+        b.release(x);
+        let y = b.acquire(50).unwrap();
+        assert_eq!((y.len(), b.lock().allocated), (50, 100), "reused, not reallocated");
+        b.release(y);
+        // 100 free + 200 new > 250: the free buffer is dropped to make room.
+        let z = b.acquire(200).unwrap();
+        assert_eq!(b.lock().allocated, 200);
+        assert!(b.lock().free.is_empty());
+        b.close();
+        assert!(b.acquire(100).is_none(), "closed pools hand out nothing");
+        drop(z);
+    }
+}
