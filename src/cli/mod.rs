@@ -4,6 +4,8 @@
 //! Exit codes: 0 success, 1 the run finished but reported failures (with `--strict`), 2 bad usage
 //! or unusable input.
 
+mod calibrate;
+mod decode;
 mod gen;
 mod index;
 pub mod perf;
@@ -38,6 +40,10 @@ pub enum Command {
     Perf(perf::PerfArgs),
     /// Plan a synthetic step and show the planner's decisions and predictions.
     Plan(plan::PlanArgs),
+    /// Decode samples into tensors with the worker pool.
+    Decode(decode::DecodeArgs),
+    /// Fit the decode-cost model on this machine.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 /// An error the CLI reports on stderr before exiting with `code`.
@@ -63,6 +69,8 @@ pub fn run(cli: Cli) -> i32 {
         Command::Index(args) => index::run(args),
         Command::Perf(args) => perf::run(args),
         Command::Plan(args) => plan::run(args),
+        Command::Decode(args) => decode::run(args),
+        Command::Calibrate(args) => calibrate::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,7 +1,41 @@
 //! Decoding samples into tensors.
 //!
-//! [`ffmpeg`] is the safe layer over `ffmpeg-sys-next`: it owns every FFmpeg handle and maps every
-//! return code. The index's probe uses its [`ffmpeg::Input`] to read container headers; the
-//! sampled-frame decoder builds on the same layer.
+//! Three layers (`shared/STYLE.md`): `ffmpeg-sys-next` declares; [`ffmpeg`] owns every FFmpeg
+//! handle (format context, codec context, frame, packet, scaler) and maps every return code;
+//! [`Decoder`] implements `shared/bench/PROTOCOL.md`'s preprocessing on top: `F` frames at
+//! `t_i = (2i + 1)/(2F)·d` compared as exact rationals, the integer resize rule, one bilinear
+//! swscale context per frame size (made from the first decoded frame, never from the header's
+//! guess), packed RGB24 `[F, H', W', 3]` written into the caller's buffer. Its output is
+//! byte-identical to an `ffmpeg` CLI decode with the same frame choice (`tests/decode_reference.rs`).
+//!
+//! ```no_run
+//! use datahelix::decode::{Decoder, Params, Strategy};
+//!
+//! let params = Params::default(); // 2 fps, ≤ 16 frames, ≤ 448² pixels
+//! let mut dec = Decoder::open(std::path::Path::new("clip.mp4"))?;
+//! let shape = dec.shape(&params)?;
+//! let mut tensor = vec![0u8; shape.bytes()];
+//! let decoded = dec.decode_into(&params, Strategy::Scan, &mut tensor)?;
+//! println!("{:?} at {:?} s", shape.dims(), decoded.timestamps_s);
+//! # Ok::<(), datahelix::decode::DecodeError>(())
+//! ```
+//!
+//! | piece | where |
+//! |---|---|
+//! | preprocessing arithmetic (sizes, targets, tokens, seek-or-scan choice) | [`sample`] |
+//! | sampled and all-frames decoding | [`decoder`] |
+//! | worker pool: EDF queue, byte-budgeted buffers, per-sample errors | [`pool`] |
+//! | decode-cost model `c0 + c_px·px + c_bits·bits + c_seek·discarded`, per codec | [`cost`] |
+//!
+//! Not done here: hardware decoders, audio, codecs outside the protocol's set (they may decode,
+//! untested).
 
+mod clock;
+pub mod cost;
+pub mod decoder;
 pub mod ffmpeg;
+pub mod pool;
+pub mod sample;
+
+pub use decoder::{AllFrames, DecodeError, DecodeStats, Decoded, Decoder, Shape};
+pub use sample::{Params, Strategy};

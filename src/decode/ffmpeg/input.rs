@@ -6,7 +6,7 @@ use std::ptr::{self, NonNull};
 
 use ffmpeg_sys_next as ff;
 
-use super::{check, init, AvError};
+use super::{check, init, AvError, Packet};
 
 /// What the container says about one stream, copied out of FFmpeg's structs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,6 +162,38 @@ impl Input {
             bit_rate: par.bit_rate.max(0),
             pix_fmt: par.format,
         })
+    }
+
+    /// The codec parameters and time base of stream `index`, for the decoder of this layer. The
+    /// pointer stays valid while `self` lives.
+    pub(crate) fn codecpar(&self, index: usize) -> Option<(*const ff::AVCodecParameters, (i32, i32))> {
+        let st = self.stream_ptr(index)?;
+        // SAFETY: st is a valid stream of this open context.
+        let st = unsafe { &*st };
+        (!st.codecpar.is_null()).then_some((st.codecpar as *const _, (st.time_base.num, st.time_base.den)))
+    }
+
+    /// Reads the next packet of any stream into `packet` (`av_read_frame`). `Ok(false)` at the
+    /// end of the file; a damaged or truncated file is an error.
+    pub fn read_packet(&mut self, packet: &mut Packet) -> Result<bool, AvError> {
+        packet.unref();
+        // SAFETY: ctx is an open context; packet is a valid, empty packet.
+        let ret = unsafe { ff::av_read_frame(self.as_mut_ptr(), packet.as_mut_ptr()) };
+        match check(ret, "av_read_frame") {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == super::AvErrorKind::Eof => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Seeks stream `index` to the last keyframe at or before `timestamp` (stream time base),
+    /// `av_seek_frame` with `AVSEEK_FLAG_BACKWARD`.
+    pub fn seek_backward(&mut self, index: usize, timestamp: i64) -> Result<(), AvError> {
+        let idx = libc::c_int::try_from(index)
+            .map_err(|_| AvError { call: "av_seek_frame", code: ff::AVERROR_STREAM_NOT_FOUND })?;
+        // SAFETY: ctx is an open context; any timestamp is accepted (FFmpeg clamps or fails).
+        let ret = unsafe { ff::av_seek_frame(self.ctx.as_ptr(), idx, timestamp, ff::AVSEEK_FLAG_BACKWARD) };
+        check(ret, "av_seek_frame").map(|_| ())
     }
 
     /// The demuxer's seek index of a stream: `(timestamp, byte position, size, is keyframe)` per

@@ -1,0 +1,190 @@
+//! Decode benchmark (a bench binary): `--all-frames` decoding against `ffmpeg -threads 1 -i FILE
+//! -f null -` on the same files in the same run, reported as a throughput ratio (goal ≥ 0.95);
+//! sampled-decode speed (scan and seek); the cost model's held-back error from `calibrate`.
+//!
+//! `cargo bench --bench decode` runs it in full (release). Under `cargo test` it runs a smoke
+//! pass over one tiny file. Media are made with the ffmpeg CLI under `target/bench-media`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use datahelix::decode::{Decoder, Params, Strategy};
+
+fn ffmpeg(args: &[&str]) {
+    let s =
+        Command::new("ffmpeg").args(["-v", "error", "-nostdin", "-y"]).args(args).status().expect("ffmpeg");
+    assert!(s.success(), "ffmpeg {args:?}");
+}
+
+fn media(dir: &Path, smoke: bool) -> Vec<PathBuf> {
+    std::fs::create_dir_all(dir).unwrap();
+    let specs: &[(&str, &str, u32, u32, &[&str])] = if smoke {
+        &[("smoke.mp4", "320x240", 24, 1, &["-c:v", "libx264", "-preset", "veryfast"])]
+    } else {
+        &[
+            ("h264_1080p_g250.mp4", "1920x1080", 30, 6, &["-c:v", "libx264", "-preset", "veryfast"]),
+            (
+                "h264_720p_g60.mp4",
+                "1280x720",
+                30,
+                10,
+                &["-c:v", "libx264", "-preset", "veryfast", "-g", "60"],
+            ),
+            ("h264_360p.mkv", "640x360", 25, 20, &["-c:v", "libx264", "-preset", "veryfast"]),
+            ("mpeg4_480p.mkv", "854x480", 25, 12, &["-c:v", "mpeg4", "-q:v", "4", "-g", "25"]),
+            ("mpeg4_720p.mp4", "1280x720", 24, 8, &["-c:v", "mpeg4", "-q:v", "3"]),
+        ]
+    };
+    specs
+        .iter()
+        .map(|(name, size, rate, secs, codec)| {
+            let p = dir.join(name);
+            if !p.exists() {
+                let src = format!("testsrc2=size={size}:rate={rate}:duration={secs}");
+                let tmp = dir.join(format!("tmp_{name}"));
+                let mut args = vec!["-f", "lavfi", "-i", &src];
+                args.extend_from_slice(codec);
+                args.push(tmp.to_str().unwrap());
+                ffmpeg(&args);
+                std::fs::rename(&tmp, &p).unwrap();
+            }
+            p
+        })
+        .collect()
+}
+
+/// Seconds of `ffmpeg -threads 1 -i FILE -f null -` (its own `-benchmark` real time, which
+/// leaves out process start-up; wall time of the process as well).
+fn ffmpeg_null(path: &Path) -> (f64, f64) {
+    let t = Instant::now();
+    let out = Command::new("ffmpeg")
+        .args(["-hide_banner", "-nostdin", "-benchmark", "-threads", "1", "-i"])
+        .arg(path)
+        .args(["-f", "null", "-"])
+        .output()
+        .expect("ffmpeg");
+    let wall = t.elapsed().as_secs_f64();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let rtime = err
+        .lines()
+        .find_map(|l| l.split("rtime=").nth(1))
+        .and_then(|s| s.trim_end_matches('s').trim().parse::<f64>().ok())
+        .unwrap_or(wall);
+    (rtime, wall)
+}
+
+fn ours_all_frames(path: &Path) -> (f64, u64) {
+    let t = Instant::now();
+    let mut d = Decoder::open(path).expect("open");
+    let a = d.decode_all_frames().expect("decode");
+    (t.elapsed().as_secs_f64(), a.frames)
+}
+
+fn ours_sampled(path: &Path, strategy: Strategy) -> (f64, usize) {
+    let p = Params::default();
+    let t = Instant::now();
+    let mut d = Decoder::open(path).expect("open");
+    let mut buf = vec![0u8; d.shape(&p).expect("shape").bytes()];
+    d.decode_into(&p, strategy, &mut buf).expect("decode");
+    (t.elapsed().as_secs_f64(), buf.len())
+}
+
+fn best<T>(n: usize, mut f: impl FnMut() -> (f64, T)) -> (f64, T) {
+    let mut r = f();
+    for _ in 1..n {
+        let x = f();
+        if x.0 < r.0 {
+            r = x;
+        }
+    }
+    r
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let target = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target");
+    let files = media(&target.join("bench-media"), !full);
+    let reps = if full { 5 } else { 1 };
+
+    println!(
+        "== all frames, native format: datahelix vs `ffmpeg -threads 1 -i FILE -f null -` (best of {reps})"
+    );
+    println!(
+        "{:<24} {:>7} {:>10} {:>10} {:>10} {:>8}",
+        "file", "frames", "ours_s", "ffmpeg_s", "ff_wall_s", "ratio"
+    );
+    let (mut sum_ours, mut sum_ff) = (0.0, 0.0);
+    for f in &files {
+        // Alternate so that both see the same page cache and machine load.
+        let mut ours = (f64::INFINITY, 0);
+        let mut ff = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..reps {
+            let o = ours_all_frames(f);
+            if o.0 < ours.0 {
+                ours = o;
+            }
+            let x = ffmpeg_null(f);
+            ff = (ff.0.min(x.0), ff.1.min(x.1));
+        }
+        sum_ours += ours.0;
+        sum_ff += ff.0;
+        let name = f.file_name().unwrap().to_string_lossy();
+        println!(
+            "{name:<24} {:>7} {:>10.4} {:>10.4} {:>10.4} {:>8.3}",
+            ours.1,
+            ours.0,
+            ff.0,
+            ff.1,
+            ff.0 / ours.0
+        );
+    }
+    println!("TOTAL throughput ratio (ffmpeg time / ours, ≥ 0.95 is the goal): {:.3}", sum_ff / sum_ours);
+
+    println!("\n== sampled decode (protocol defaults: 2 fps, ≤ 16 frames, ≤ 448² px), best of {reps}");
+    println!("{:<24} {:>10} {:>10} {:>12} {:>10}", "file", "scan_s", "seek_s", "tensor_MiB", "auto");
+    for f in &files {
+        let scan = best(reps, || ours_sampled(f, Strategy::Scan));
+        let seek = best(reps, || ours_sampled(f, Strategy::Seek));
+        let d = Decoder::open(f).expect("open");
+        let frames = d.stream().nb_frames.max(0) as u32;
+        let sampled = d.shape(&Params::default()).map(|s| s.frames).unwrap_or(1);
+        let auto = Strategy::choose(d.keyint_from_index(), frames, sampled);
+        let name = f.file_name().unwrap().to_string_lossy();
+        println!(
+            "{name:<24} {:>10.4} {:>10.4} {:>12.2} {:>10}",
+            scan.0,
+            seek.0,
+            scan.1 as f64 / (1 << 20) as f64,
+            auto.name()
+        );
+    }
+
+    if full {
+        println!("\n== cost model: `datahelix calibrate` on scripts/specs/small.json (held-back error)");
+        let bin = env!("CARGO_BIN_EXE_datahelix");
+        let ds = target.join("bench-media/small");
+        let spec = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/specs/small.json");
+        let ok = |c: &mut Command| assert!(c.status().expect("datahelix").success(), "{c:?}");
+        ok(Command::new(bin).args(["gen", "--spec"]).arg(&spec).arg("--out").arg(&ds));
+        ok(Command::new(bin).arg("index").arg(&ds).stdout(std::process::Stdio::null()));
+        let out = Command::new(bin)
+            .arg("calibrate")
+            .arg(&ds)
+            .args(["--json", "--repeat", "3", "--holdout-every", "3"])
+            .output()
+            .expect("calibrate");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("calibrate json");
+        for (codec, m) in doc["models"].as_object().unwrap() {
+            println!(
+                "{codec:<8} n={:<3} heldout={:<3} mean_rel_error={:.3} p95_rel_error={:.3} coefficients={}",
+                m["n"],
+                m["n_heldout"],
+                m["mean_rel_error"].as_f64().unwrap_or(f64::NAN),
+                m["p95_rel_error"].as_f64().unwrap_or(f64::NAN),
+                m["coefficients"]
+            );
+        }
+    }
+}

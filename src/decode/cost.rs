@@ -1,0 +1,337 @@
+//! The decode-cost model: predicted seconds for a sample from its descriptor, per codec,
+//!
+//! `seconds = c0 + c_px · decoded pixels + c_bits · compressed bits read + c_seek · frames
+//! decoded and discarded`
+//!
+//! (features in megapixels, megabits and frames). Fitted online by weighted least squares on
+//! relative error (each observation weighted by `1 / seconds²`), with a prior that acts as a few
+//! pseudo-observations drawn from default coefficients, so it predicts before the first
+//! observation. Plain Rust, no FFI; deterministic: the fit is a function of the multiset of
+//! observations given in order (feed them sorted, e.g. by sample id, for bit-identical results
+//! across runs).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::sample::{frame_count, output_size, Params, Ratio, Strategy};
+use crate::descriptor::{Codec, Descriptor, Modality};
+
+/// Number of coefficients: c0, c_px, c_bits, c_seek.
+pub const TERMS: usize = 4;
+
+/// The model's features of one decode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Features {
+    /// Decoded pixels, in megapixels.
+    pub mpixels: f64,
+    /// Compressed bits read, in megabits.
+    pub mbits: f64,
+    /// Frames decoded and discarded.
+    pub discarded: f64,
+}
+
+impl Features {
+    fn row(&self) -> [f64; TERMS] {
+        [1.0, self.mpixels, self.mbits, self.discarded]
+    }
+
+    /// Predicts the features of decoding `d` under `params` from its descriptor alone.
+    pub fn predict(d: &Descriptor, params: &Params) -> Features {
+        let px = d.width as f64 * d.height as f64;
+        if d.modality == Modality::Image {
+            return Features { mpixels: px / 1e6, mbits: d.bytes as f64 * 8.0 / 1e6, discarded: 0.0 };
+        }
+        let duration =
+            Ratio::new(d.duration_ticks as i128 * d.time_base_num as i128, (d.time_base_den as i128).max(1))
+                .filter(|r| r.num > 0)
+                .unwrap_or(Ratio { num: 1, den: 1 });
+        let f = frame_count(duration, params) as f64;
+        let total = (d.frames as f64).max(1.0);
+        let dur = duration.to_f64().max(1e-9);
+        let fps = if d.fps_den > 0 && d.fps_num > 0 { d.fps() } else { total / dur };
+        // A scan decodes up to the last target, t = (2F − 1)/(2F) · d, plus one frame.
+        let scan = ((2.0 * f - 1.0) / (2.0 * f) * dur * fps + 1.0).min(total).max(1.0);
+        let decoded = match Strategy::choose(d.keyint, d.frames, f as u32) {
+            Strategy::Scan => scan,
+            Strategy::Seek => (f * (d.keyint as f64 / 2.0 + 1.0)).min(scan),
+        };
+        let bits = if d.bit_rate > 0 { d.bit_rate as f64 * dur } else { d.bytes as f64 * 8.0 };
+        Features {
+            mpixels: decoded * px / 1e6,
+            mbits: bits * (decoded / total).min(1.0) / 1e6,
+            discarded: (decoded - f).max(0.0),
+        }
+    }
+}
+
+/// Output bytes of a sample under `params`, from its descriptor (the pool's buffer size).
+pub fn output_bytes(d: &Descriptor, params: &Params) -> u64 {
+    let (h, w) = output_size(d.width, d.height, params.max_pixels);
+    let f = if d.modality == Modality::Image {
+        1
+    } else {
+        Ratio::new(d.duration_ticks as i128 * d.time_base_num as i128, (d.time_base_den as i128).max(1))
+            .map_or(1, |r| frame_count(r, params))
+    };
+    f as u64 * h as u64 * w as u64 * 3
+}
+
+/// Coefficients of one codec's model (seconds, seconds per megapixel, per megabit, per frame).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Coefficients {
+    /// Fixed cost per sample (open, probe, decoder set-up).
+    pub c0: f64,
+    /// Seconds per decoded megapixel.
+    pub c_px: f64,
+    /// Seconds per compressed megabit read.
+    pub c_bits: f64,
+    /// Seconds per frame decoded and discarded.
+    pub c_seek: f64,
+}
+
+impl Coefficients {
+    fn from_array(a: [f64; TERMS]) -> Self {
+        Coefficients { c0: a[0], c_px: a[1], c_bits: a[2], c_seek: a[3] }
+    }
+
+    fn to_array(self) -> [f64; TERMS] {
+        [self.c0, self.c_px, self.c_bits, self.c_seek]
+    }
+
+    /// The prior for a codec: rough single-core figures for a current x86 core.
+    pub fn prior(codec: Codec) -> Coefficients {
+        let (c0, c_px, c_bits, c_seek) = match codec {
+            Codec::H264 => (3e-3, 4e-3, 2e-3, 1e-4),
+            Codec::Mpeg4 => (2e-3, 2.5e-3, 2e-3, 1e-4),
+            Codec::Jpeg => (1e-3, 8e-3, 2e-3, 0.0),
+            Codec::Png => (1e-3, 6e-3, 2e-2, 0.0),
+            _ => (5e-3, 6e-3, 4e-3, 2e-4),
+        };
+        Coefficients { c0, c_px, c_bits, c_seek }
+    }
+
+    /// Predicted seconds (never below 0.1 ms).
+    pub fn predict(&self, f: &Features) -> f64 {
+        let c = self.to_array();
+        f.row().iter().zip(c).map(|(x, c)| x * c).sum::<f64>().max(1e-4)
+    }
+}
+
+/// Weighted least squares with a prior, for one codec.
+#[derive(Clone, Debug)]
+pub struct OnlineFit {
+    ata: [[f64; TERMS]; TERMS],
+    atb: [f64; TERMS],
+    n: u64,
+    forget: f64,
+    coef: Coefficients,
+}
+
+/// Typical feature rows the prior's pseudo-observations sit at: an image, a small clip, a 720p
+/// clip, a 1080p clip with discarded frames.
+const PRIOR_POINTS: [Features; 4] = [
+    Features { mpixels: 0.3, mbits: 0.4, discarded: 0.0 },
+    Features { mpixels: 4.0, mbits: 1.0, discarded: 40.0 },
+    Features { mpixels: 60.0, mbits: 8.0, discarded: 60.0 },
+    Features { mpixels: 250.0, mbits: 30.0, discarded: 110.0 },
+];
+
+impl OnlineFit {
+    /// A fit that starts from `prior`, worth `strength` observations, forgetting old
+    /// observations by `forget` per new one (1.0 = keep all: plain least squares).
+    pub fn new(prior: Coefficients, strength: f64, forget: f64) -> OnlineFit {
+        let mut fit = OnlineFit { ata: [[0.0; TERMS]; TERMS], atb: [0.0; TERMS], n: 0, forget, coef: prior };
+        let w = strength / PRIOR_POINTS.len() as f64;
+        for p in &PRIOR_POINTS {
+            fit.accumulate(p, prior.predict(p), w);
+        }
+        // A small ridge keeps the system solvable whatever the data.
+        for k in 0..TERMS {
+            fit.ata[k][k] += 1e-9;
+        }
+        fit
+    }
+
+    fn accumulate(&mut self, f: &Features, seconds: f64, weight: f64) {
+        let x = f.row();
+        let w = weight / (seconds * seconds).max(1e-12);
+        for i in 0..TERMS {
+            for j in 0..TERMS {
+                self.ata[i][j] += w * x[i] * x[j];
+            }
+            self.atb[i] += w * x[i] * seconds;
+        }
+    }
+
+    /// Adds one observation and refits.
+    pub fn observe(&mut self, f: &Features, seconds: f64) {
+        if !(seconds.is_finite() && seconds > 0.0) {
+            return;
+        }
+        if self.forget < 1.0 {
+            for i in 0..TERMS {
+                for j in 0..TERMS {
+                    self.ata[i][j] *= self.forget;
+                }
+                self.atb[i] *= self.forget;
+            }
+        }
+        self.accumulate(f, seconds, 1.0);
+        self.n += 1;
+        if let Some(c) = solve(self.ata, self.atb) {
+            self.coef = Coefficients::from_array(c);
+        }
+    }
+
+    /// Current coefficients.
+    pub fn coefficients(&self) -> Coefficients {
+        self.coef
+    }
+
+    /// Observations so far.
+    pub fn observations(&self) -> u64 {
+        self.n
+    }
+
+    /// Predicted seconds.
+    pub fn predict(&self, f: &Features) -> f64 {
+        self.coef.predict(f)
+    }
+}
+
+/// Gaussian elimination with partial pivoting (deterministic); `None` when singular.
+fn solve(mut a: [[f64; TERMS]; TERMS], mut b: [f64; TERMS]) -> Option<[f64; TERMS]> {
+    for col in 0..TERMS {
+        let piv = (col..TERMS).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
+        if a[piv][col].abs() < 1e-300 {
+            return None;
+        }
+        a.swap(col, piv);
+        b.swap(col, piv);
+        for r in col + 1..TERMS {
+            let m = a[r][col] / a[col][col];
+            for c in col..TERMS {
+                a[r][c] -= m * a[col][c];
+            }
+            b[r] -= m * b[col];
+        }
+    }
+    let mut x = [0.0; TERMS];
+    for r in (0..TERMS).rev() {
+        let s: f64 = (r + 1..TERMS).map(|c| a[r][c] * x[c]).sum();
+        x[r] = (b[r] - s) / a[r][r];
+    }
+    x.iter().all(|v| v.is_finite()).then_some(x)
+}
+
+/// The per-codec decode-cost model.
+#[derive(Clone, Debug)]
+pub struct CostModel {
+    fits: BTreeMap<Codec, OnlineFit>,
+    /// Prior strength in observations.
+    pub prior_strength: f64,
+    /// Forgetting factor per observation (1.0 = none).
+    pub forget: f64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        CostModel { fits: BTreeMap::new(), prior_strength: 2.0, forget: 1.0 }
+    }
+}
+
+impl CostModel {
+    fn fit(&mut self, codec: Codec) -> &mut OnlineFit {
+        let (s, f) = (self.prior_strength, self.forget);
+        self.fits.entry(codec).or_insert_with(|| OnlineFit::new(Coefficients::prior(codec), s, f))
+    }
+
+    /// Predicted decode seconds of a sample.
+    pub fn predict(&self, d: &Descriptor, params: &Params) -> f64 {
+        let f = Features::predict(d, params);
+        match self.fits.get(&d.codec) {
+            Some(fit) => fit.predict(&f),
+            None => Coefficients::prior(d.codec).predict(&f),
+        }
+    }
+
+    /// Records that decoding `d` took `seconds`.
+    pub fn observe(&mut self, d: &Descriptor, params: &Params, seconds: f64) {
+        let f = Features::predict(d, params);
+        self.fit(d.codec).observe(&f, seconds);
+    }
+
+    /// The fitted codecs and their coefficients and observation counts.
+    pub fn codecs(&self) -> impl Iterator<Item = (Codec, Coefficients, u64)> + '_ {
+        self.fits.iter().map(|(c, f)| (*c, f.coefficients(), f.observations()))
+    }
+}
+
+/// Mean and 95th-percentile relative error `|pred − actual| / actual`.
+pub fn relative_errors(pairs: &[(f64, f64)]) -> (f64, f64) {
+    if pairs.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mut e: Vec<f64> = pairs.iter().map(|&(p, a)| (p - a).abs() / a.max(1e-12)).collect();
+    e.sort_by(f64::total_cmp);
+    let mean = e.iter().sum::<f64>() / e.len() as f64;
+    let idx = ((e.len() as f64 * 0.95).ceil() as usize).clamp(1, e.len()) - 1;
+    (mean, e[idx])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovers_known_coefficients_from_exact_data() {
+        let truth = Coefficients { c0: 0.004, c_px: 0.003, c_bits: 0.01, c_seek: 0.0005 };
+        let mut fit = OnlineFit::new(Coefficients::prior(Codec::H264), 2.0, 1.0);
+        for i in 0..200u32 {
+            let f = Features {
+                mpixels: 1.0 + (i * 37 % 101) as f64,
+                mbits: 0.1 + (i * 13 % 17) as f64,
+                discarded: (i * 7 % 29) as f64,
+            };
+            fit.observe(&f, truth.predict(&f));
+        }
+        // The prior still pulls c0 a little (the data say little about it: every row has many
+        // pixels); predictions are what must be right.
+        let c = fit.coefficients();
+        assert!((c.c_px - truth.c_px).abs() / truth.c_px < 0.05, "{c:?}");
+        let f = Features { mpixels: 50.0, mbits: 5.0, discarded: 10.0 };
+        assert!((fit.predict(&f) - truth.predict(&f)).abs() / truth.predict(&f) < 0.02, "{c:?}");
+    }
+
+    #[test]
+    fn predicts_before_any_observation_and_is_deterministic() {
+        let d = Descriptor {
+            modality: Modality::Video,
+            codec: Codec::H264,
+            width: 1280,
+            height: 720,
+            frames: 240,
+            fps_num: 24,
+            fps_den: 1,
+            duration_ticks: 10,
+            time_base_num: 1,
+            time_base_den: 1,
+            bit_rate: 2_000_000,
+            ..Descriptor::default()
+        };
+        let p = Params::default();
+        let m = CostModel::default();
+        assert!(m.predict(&d, &p) > 0.0);
+        let run = || {
+            let mut m = CostModel::default();
+            for k in 1..20 {
+                m.observe(&Descriptor { frames: 24 * k, duration_ticks: k as i64, ..d }, &p, 0.01 * k as f64);
+            }
+            m.predict(&d, &p)
+        };
+        assert_eq!(run().to_bits(), run().to_bits());
+        let (mean, p95) = relative_errors(&[(1.1, 1.0), (0.9, 1.0), (1.5, 1.0)]);
+        assert!((mean - 0.7 / 3.0).abs() < 1e-12 && (p95 - 0.5).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,542 @@
+//! The sampled-frame decoder: PROTOCOL.md's preprocessing over the FFmpeg safe layer, writing
+//! packed RGB24 `[F, H', W', 3]` into a caller-provided buffer.
+
+use std::path::Path;
+
+use super::ffmpeg::{self, AvError, CodecContext, Frame, Input, Packet, Received, Scaler, StreamInfo};
+use super::sample::{frame_count, output_size, target, Params, Ratio, Strategy};
+
+/// Why a file could not be decoded (this layer's error; the pool adds the sample's id and path).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The container could not be opened or probed.
+    #[error("cannot open: {0}")]
+    Open(AvError),
+    /// The file holds no video or image stream.
+    #[error("no video or image stream")]
+    NoVideoStream,
+    /// No decoder for the stream's codec, or it would not open.
+    #[error("cannot open the decoder: {0}")]
+    Codec(AvError),
+    /// Neither the stream nor the container states a duration.
+    #[error("no duration in stream or container")]
+    NoDuration,
+    /// The header states no picture size.
+    #[error("no picture size in the header")]
+    NoSize,
+    /// Reading packets failed (damaged or truncated file).
+    #[error("demuxing failed (damaged or truncated file): {0}")]
+    Demux(AvError),
+    /// The decoder rejected the data.
+    #[error("decoding failed (corrupt data): {0}")]
+    Decode(AvError),
+    /// The decoder reported damage it concealed.
+    #[error("frame {frame} is corrupt (decoder concealed errors)")]
+    CorruptFrame {
+        /// 0-based index of the decoded frame.
+        frame: u64,
+    },
+    /// The stream ended before its stated duration by more than a second.
+    #[error("stream ends at {last_s:.3} s of a stated {duration_s:.3} s (truncated?)")]
+    EndsEarly {
+        /// Time of the last decoded frame.
+        last_s: f64,
+        /// Stated duration.
+        duration_s: f64,
+    },
+    /// A JPEG image ends before its end-of-image marker.
+    #[error("truncated JPEG (no end-of-image marker)")]
+    TruncatedImage,
+    /// Not a single frame could be decoded.
+    #[error("no frame decoded (zero-frame video)")]
+    NoFrames,
+    /// A decoded frame carries no presentation timestamp.
+    #[error("decoded frame {frame} has no pts")]
+    MissingPts {
+        /// 0-based index of the decoded frame.
+        frame: u64,
+    },
+    /// The decoded pixel format cannot be converted.
+    #[error("pixel format {format} is not supported by the scaler")]
+    PixelFormat {
+        /// FFmpeg's name of the format.
+        format: String,
+    },
+    /// Scaling failed.
+    #[error("scaling failed: {0}")]
+    Scale(AvError),
+    /// The output buffer does not match the output shape.
+    #[error("output buffer holds {have} bytes, the sample needs {need}")]
+    BufferSize {
+        /// Bytes the sample needs.
+        need: usize,
+        /// Bytes given.
+        have: usize,
+    },
+}
+
+/// The shape of a decoded sample, `[F, H', W', 3]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Frames.
+    pub frames: u32,
+    /// Output height.
+    pub height: u32,
+    /// Output width.
+    pub width: u32,
+}
+
+impl Shape {
+    /// Bytes of the packed RGB24 tensor.
+    pub fn bytes(&self) -> usize {
+        self.frames as usize * self.frame_bytes()
+    }
+
+    /// Bytes of one frame.
+    pub fn frame_bytes(&self) -> usize {
+        self.height as usize * self.width as usize * 3
+    }
+
+    /// `[F, H', W', 3]`.
+    pub fn dims(&self) -> [usize; 4] {
+        [self.frames as usize, self.height as usize, self.width as usize, 3]
+    }
+}
+
+/// Work counters of one decode, the cost model's features as observed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecodeStats {
+    /// Frames the decoder produced.
+    pub frames_decoded: u64,
+    /// Decoded frames that were not chosen for any target.
+    pub frames_discarded: u64,
+    /// Pixels of all decoded frames.
+    pub pixels_decoded: u64,
+    /// Compressed bytes sent to the decoder.
+    pub bytes_read: u64,
+    /// Seeks done.
+    pub seeks: u32,
+}
+
+/// A decoded sample's description (the pixels are in the caller's buffer).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decoded {
+    /// Output shape.
+    pub shape: Shape,
+    /// Time of each chosen frame, seconds from the stream start.
+    pub timestamps_s: Vec<f64>,
+    /// Work done.
+    pub stats: DecodeStats,
+    /// How the frames were reached.
+    pub strategy: Strategy,
+}
+
+/// Every frame of a stream, decoded and kept in the native format (`--all-frames`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AllFrames {
+    /// Frames decoded.
+    pub frames: u64,
+    /// Picture width of the first frame.
+    pub width: u32,
+    /// Picture height of the first frame.
+    pub height: u32,
+    /// Native pixel format of the first frame (`yuv420p`).
+    pub pix_fmt: String,
+    /// Time of each frame, seconds from the stream start (`NaN` where a frame has no pts).
+    pub timestamps_s: Vec<f64>,
+    /// Work done.
+    pub stats: DecodeStats,
+}
+
+/// One open file, ready to decode its sampled frames.
+pub struct Decoder {
+    input: Input,
+    codec: CodecContext,
+    stream: StreamInfo,
+    image: bool,
+    duration: Option<Ratio>,
+    start: i64,
+    packet: Packet,
+    frame: Frame,
+    last: Frame,
+    scalers: Vec<Scaler>,
+    draining: bool,
+    /// Dts of the last packet of our stream sent to the decoder.
+    position: Option<i64>,
+    /// Dts of the first packet read after the last seek.
+    first_dts_after_seek: Option<i64>,
+    stats: DecodeStats,
+}
+
+/// Time of a pts relative to the stream start, as an exact rational of seconds.
+fn time_of(pts: i64, start: i64, tb: (i32, i32)) -> Ratio {
+    Ratio { num: (pts as i128 - start as i128) * tb.0 as i128, den: (tb.1 as i128).max(1) }
+}
+
+impl Decoder {
+    /// Opens `path`, probes it the way the protocol's loaders do (`avformat_find_stream_info`)
+    /// and opens a single-threaded decoder for its best video stream.
+    pub fn open(path: &Path) -> Result<Decoder, DecodeError> {
+        let mut input = Input::open(path).map_err(DecodeError::Open)?;
+        input.find_stream_info().map_err(DecodeError::Open)?;
+        let stream = input.best_video_stream().ok_or(DecodeError::NoVideoStream)?;
+        if stream.time_base.0 <= 0 || stream.time_base.1 <= 0 {
+            return Err(DecodeError::NoDuration);
+        }
+        let format = input.format_name();
+        let image = format == "image2" || format.ends_with("_pipe");
+        let duration = match stream.duration {
+            Some(d) => Ratio::new(d as i128 * stream.time_base.0 as i128, stream.time_base.1 as i128),
+            None => input.duration_us().and_then(|us| Ratio::new(us as i128, 1_000_000)),
+        };
+        let codec = CodecContext::open(&input, stream.index).map_err(DecodeError::Codec)?;
+        let new = |r: Result<Frame, AvError>| r.map_err(DecodeError::Codec);
+        Ok(Decoder {
+            codec,
+            image,
+            duration,
+            start: stream.start_time.unwrap_or(0),
+            packet: Packet::new().map_err(DecodeError::Codec)?,
+            frame: new(Frame::new())?,
+            last: new(Frame::new())?,
+            scalers: Vec::new(),
+            draining: false,
+            position: None,
+            first_dts_after_seek: None,
+            stats: DecodeStats::default(),
+            stream,
+            input,
+        })
+    }
+
+    /// What the container says about the decoded stream.
+    pub fn stream(&self) -> &StreamInfo {
+        &self.stream
+    }
+
+    /// Whether the file is a still image (F = 1).
+    pub fn is_image(&self) -> bool {
+        self.image
+    }
+
+    /// The protocol's duration `d`, when stated.
+    pub fn duration(&self) -> Option<Ratio> {
+        self.duration
+    }
+
+    /// Largest distance between keyframes in the demuxer's index, in packets (0 when the index
+    /// lists keyframes only, or nothing).
+    pub fn keyint_from_index(&self) -> u32 {
+        let entries = self.input.index_entries(self.stream.index);
+        if entries.iter().all(|e| e.keyframe) {
+            return 0;
+        }
+        let mut last = None;
+        let mut gap = 0usize;
+        for (i, e) in entries.iter().enumerate() {
+            if e.keyframe {
+                if let Some(l) = last {
+                    gap = gap.max(i - l);
+                }
+                last = Some(i);
+            }
+        }
+        if let Some(l) = last {
+            gap = gap.max(entries.len() - l);
+        }
+        gap.min(u32::MAX as usize) as u32
+    }
+
+    /// The output shape under `params`.
+    pub fn shape(&self, params: &Params) -> Result<Shape, DecodeError> {
+        if self.stream.width == 0 || self.stream.height == 0 {
+            return Err(DecodeError::NoSize);
+        }
+        let frames =
+            if self.image { 1 } else { frame_count(self.duration.ok_or(DecodeError::NoDuration)?, params) };
+        let (height, width) = output_size(self.stream.width, self.stream.height, params.max_pixels);
+        Ok(Shape { frames, height, width })
+    }
+
+    /// Decodes the next frame of the stream into `self.frame`; `Ok(false)` at the end.
+    fn next_frame(&mut self) -> Result<bool, DecodeError> {
+        loop {
+            match self.codec.receive(&mut self.frame).map_err(DecodeError::Decode)? {
+                Received::Frame => {
+                    let n = self.stats.frames_decoded;
+                    self.stats.frames_decoded += 1;
+                    self.stats.pixels_decoded += self.frame.width() as u64 * self.frame.height() as u64;
+                    if self.frame.is_corrupt() {
+                        return Err(DecodeError::CorruptFrame { frame: n });
+                    }
+                    return Ok(true);
+                }
+                Received::Eof => return Ok(false),
+                Received::NeedInput if self.draining => return Ok(false),
+                Received::NeedInput => {}
+            }
+            loop {
+                if !self.input.read_packet(&mut self.packet).map_err(DecodeError::Demux)? {
+                    self.codec.send(None).map_err(DecodeError::Decode)?;
+                    self.draining = true;
+                    break;
+                }
+                if self.packet.stream_index() != self.stream.index {
+                    continue;
+                }
+                self.stats.bytes_read += self.packet.size() as u64;
+                if self.image && self.stream.codec_id == ffmpeg_sys_next::AVCodecID::AV_CODEC_ID_MJPEG {
+                    // FFmpeg's JPEG decoder quietly "emulates" a missing end-of-image marker and
+                    // returns a partly grey picture; a cut file must fail instead.
+                    let d = self.packet.data();
+                    let end = d.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+                    if !d[..end].ends_with(&[0xFF, 0xD9]) {
+                        return Err(DecodeError::TruncatedImage);
+                    }
+                }
+                let dts = self.packet.dts();
+                if dts.is_some() {
+                    self.position = dts;
+                }
+                if self.first_dts_after_seek.is_none() {
+                    self.first_dts_after_seek = dts;
+                }
+                if !self.codec.send(Some(&mut self.packet)).map_err(DecodeError::Decode)? {
+                    // The API promises input is accepted after receive asked for it; refusing
+                    // twice would loop forever, so treat it as a decoder failure.
+                    return Err(DecodeError::Decode(AvError {
+                        call: "avcodec_send_packet (refused input)",
+                        code: ffmpeg_sys_next::AVERROR_BUG,
+                    }));
+                }
+                break;
+            }
+        }
+    }
+
+    fn scale(&mut self, use_last: bool, out: &mut [u8], shape: &Shape) -> Result<(), DecodeError> {
+        let f = if use_last { &self.last } else { &self.frame };
+        let (w, h, fmt) = (f.width(), f.height(), f.format());
+        let pos = match self.scalers.iter().position(|s| s.fits(w, h, fmt)) {
+            Some(p) => p,
+            None => {
+                if ffmpeg::pixel_format(fmt).is_none() {
+                    return Err(DecodeError::PixelFormat { format: ffmpeg::pixel_format_name(fmt) });
+                }
+                let s = Scaler::new(w, h, fmt, shape.width, shape.height).map_err(|e| {
+                    if e.call == "sws_isSupportedInput" {
+                        DecodeError::PixelFormat { format: ffmpeg::pixel_format_name(fmt) }
+                    } else {
+                        DecodeError::Scale(e)
+                    }
+                })?;
+                self.scalers.push(s);
+                self.scalers.len() - 1
+            }
+        };
+        let f = if use_last { &self.last } else { &self.frame };
+        self.scalers[pos].scale_into(f, out).map_err(DecodeError::Scale)
+    }
+
+    /// Seeks so that decoding forward reaches the first frame at or after `t` (seconds, exact),
+    /// checking that the keyframe it lands on is not already past `t` (then it steps back).
+    /// `Ok(true)` when a decoded frame is left in `self.frame` for the caller to look at.
+    fn seek_before(&mut self, t: Ratio) -> Result<bool, DecodeError> {
+        let tb = self.stream.time_base;
+        // Target in stream ticks: start + floor(t / tb).
+        let ticks = t.num * tb.1 as i128 / (t.den * tb.0 as i128);
+        let mut ts = (self.start as i128 + ticks).clamp(i64::MIN as i128 / 2, i64::MAX as i128 / 2) as i64;
+        for attempt in 0..6 {
+            let to = if attempt == 5 { i64::MIN / 2 } else { ts };
+            self.input.seek_backward(self.stream.index, to).map_err(DecodeError::Demux)?;
+            self.stats.seeks += 1;
+            self.codec.flush();
+            self.draining = false;
+            self.first_dts_after_seek = None;
+            self.position = None;
+            if !self.next_frame()? {
+                return Ok(false);
+            }
+            let pts =
+                self.frame.pts().ok_or(DecodeError::MissingPts { frame: self.stats.frames_decoded - 1 })?;
+            if time_of(pts, self.start, tb).cmp_exact(&t).is_le() || attempt == 5 {
+                // Give the frame back to the caller's loop: it becomes the pending frame.
+                return Ok(true);
+            }
+            match self.first_dts_after_seek {
+                Some(d) if d < ts => ts = d - 1,
+                _ => ts = ts.saturating_sub(1),
+            }
+            self.stats.frames_discarded += 1;
+        }
+        Ok(false)
+    }
+
+    /// Decodes the protocol's sampled frames into `out` (exactly [`Decoder::shape`]`.bytes()`
+    /// long), packed RGB24 `[F, H', W', 3]`.
+    pub fn decode_into(
+        &mut self,
+        params: &Params,
+        strategy: Strategy,
+        out: &mut [u8],
+    ) -> Result<Decoded, DecodeError> {
+        let shape = self.shape(params)?;
+        if out.len() != shape.bytes() {
+            return Err(DecodeError::BufferSize { need: shape.bytes(), have: out.len() });
+        }
+        let fb = shape.frame_bytes();
+        let tb = self.stream.time_base;
+        let strategy = if self.image { Strategy::Scan } else { strategy };
+        let mut timestamps = Vec::with_capacity(shape.frames as usize);
+        if self.image {
+            if !self.next_frame()? {
+                return Err(DecodeError::NoFrames);
+            }
+            self.scale(false, out, &shape)?;
+            timestamps.push(0.0);
+            return Ok(Decoded { shape, timestamps_s: timestamps, stats: self.stats, strategy });
+        }
+        let duration = self.duration.ok_or(DecodeError::NoDuration)?;
+        let f = shape.frames;
+        // The last decoded frame lives in `self.last`; `last_slot` says where it was written.
+        let mut have_last: Option<Ratio> = None;
+        let mut last_slot: Option<usize> = None;
+        // A frame decoded by a seek check, not yet looked at.
+        let mut pending = false;
+        let mut i = 0u32;
+        'targets: while i < f {
+            let t = target(i, f, duration);
+            if let (Some(lt), Some(slot)) = (have_last, last_slot) {
+                if lt.cmp_exact(&t).is_ge() {
+                    // The frame chosen for the previous target is also the first at or after t.
+                    out.copy_within(slot * fb..(slot + 1) * fb, i as usize * fb);
+                    timestamps.push(lt.to_f64());
+                    last_slot = Some(i as usize);
+                    i += 1;
+                    continue;
+                }
+            }
+            if strategy == Strategy::Seek && self.should_seek(t) {
+                pending = self.seek_before(t)?;
+            }
+            loop {
+                if !pending && !self.next_frame()? {
+                    break 'targets;
+                }
+                pending = false;
+                let n = self.stats.frames_decoded - 1;
+                let pts = self.frame.pts().ok_or(DecodeError::MissingPts { frame: n })?;
+                let time = time_of(pts, self.start, tb);
+                if time.cmp_exact(&t).is_ge() {
+                    self.scale(false, &mut out[i as usize * fb..(i as usize + 1) * fb], &shape)?;
+                    timestamps.push(time.to_f64());
+                    std::mem::swap(&mut self.frame, &mut self.last);
+                    have_last = Some(time);
+                    last_slot = Some(i as usize);
+                    i += 1;
+                    continue 'targets;
+                }
+                self.stats.frames_discarded += 1;
+                std::mem::swap(&mut self.frame, &mut self.last);
+                have_last = Some(time);
+                last_slot = None;
+            }
+        }
+        if i < f {
+            // The stream ended first: the remaining targets take the last decoded frame.
+            let Some(lt) = have_last else { return Err(DecodeError::NoFrames) };
+            self.check_end(lt)?;
+            let first = match last_slot {
+                Some(s) => s,
+                None => {
+                    self.stats.frames_discarded = self.stats.frames_discarded.saturating_sub(1);
+                    self.scale(true, &mut out[i as usize * fb..(i as usize + 1) * fb], &shape)?;
+                    timestamps.push(lt.to_f64());
+                    i += 1;
+                    i as usize - 1
+                }
+            };
+            while i < f {
+                out.copy_within(first * fb..(first + 1) * fb, i as usize * fb);
+                timestamps.push(lt.to_f64());
+                i += 1;
+            }
+        }
+        Ok(Decoded { shape, timestamps_s: timestamps, stats: self.stats, strategy })
+    }
+
+    /// A stream that stops well short of its stated duration is damaged or truncated, even
+    /// where the demuxer reports a clean end (Matroska does). A whole file ends one frame
+    /// interval before its duration; allow half a second, or three frame intervals for slow
+    /// streams.
+    fn check_end(&self, last: Ratio) -> Result<(), DecodeError> {
+        let Some(duration) = self.duration else { return Ok(()) };
+        let end_gap =
+            Ratio { num: duration.num * last.den - last.num * duration.den, den: duration.den * last.den };
+        let (rn, rd) = self.stream.avg_frame_rate;
+        let allowed = if rn > 0 && rd > 0 && 6 * rd as i128 > rn as i128 {
+            Ratio { num: 3 * rd as i128, den: rn as i128 }
+        } else {
+            Ratio { num: 1, den: 2 }
+        };
+        if end_gap.cmp_exact(&allowed).is_gt() {
+            return Err(DecodeError::EndsEarly { last_s: last.to_f64(), duration_s: duration.to_f64() });
+        }
+        Ok(())
+    }
+
+    /// Whether a keyframe of the demuxer's index lies between the current position and `t`.
+    fn should_seek(&self, t: Ratio) -> bool {
+        let tb = self.stream.time_base;
+        let ticks = t.num * tb.1 as i128 / (t.den * tb.0 as i128);
+        let ts = (self.start as i128 + ticks).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+        let key = self
+            .input
+            .index_entries(self.stream.index)
+            .into_iter()
+            .filter(|e| e.keyframe && e.timestamp <= ts)
+            .map(|e| e.timestamp)
+            .max();
+        match (key, self.position) {
+            (Some(k), Some(p)) => k > p,
+            (Some(k), None) => self.stats.frames_decoded == 0 && k > self.start,
+            _ => false,
+        }
+    }
+
+    /// Decodes every frame, keeping each in the decoder's native format (no scaling, no
+    /// conversion): the work of `ffmpeg -threads 1 -i FILE -f null -`.
+    pub fn decode_all_frames(&mut self) -> Result<AllFrames, DecodeError> {
+        let tb = self.stream.time_base;
+        let mut timestamps = Vec::new();
+        let (mut width, mut height, mut fmt) = (0, 0, -1);
+        let mut latest: Option<Ratio> = None;
+        while self.next_frame()? {
+            if timestamps.is_empty() {
+                (width, height, fmt) = (self.frame.width(), self.frame.height(), self.frame.format());
+            }
+            let t = self.frame.pts().map(|p| time_of(p, self.start, tb));
+            if let Some(t) = t {
+                if latest.map_or(true, |l| t.cmp_exact(&l).is_gt()) {
+                    latest = Some(t);
+                }
+            }
+            timestamps.push(t.map_or(f64::NAN, |t| t.to_f64()));
+        }
+        if timestamps.is_empty() {
+            return Err(DecodeError::NoFrames);
+        }
+        if let (false, Some(l)) = (self.image, latest) {
+            self.check_end(l)?;
+        }
+        Ok(AllFrames {
+            frames: timestamps.len() as u64,
+            width,
+            height,
+            pix_fmt: ffmpeg::pixel_format_name(fmt),
+            timestamps_s: timestamps,
+            stats: self.stats,
+        })
+    }
+}

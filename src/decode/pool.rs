@@ -1,0 +1,517 @@
+//! The decode worker pool: a fixed number of threads (the CPU budget), a queue ordered by
+//! deadline (earliest first; ties by sample id, then submission order), and reusable tensor
+//! buffers bounded by a byte budget.
+//!
+//! A worker opens a file, learns its output size, then takes a buffer: when the budget is
+//! reached it waits for buffers to come back (a [`Tensor`] returns its buffer when dropped); a
+//! sample larger than the whole budget is a per-sample error. Every failure (missing or changed
+//! file, damaged data, even a panic) becomes an [`Outcome`] with a [`SampleError`] naming the id,
+//! the path and the reason; the pool goes on.
+//!
+//! ```no_run
+//! use datahelix::decode::pool::{Job, Pool, PoolConfig};
+//!
+//! let pool = Pool::new(PoolConfig { workers: 2, budget_bytes: 64 << 20, ..PoolConfig::default() });
+//! pool.submit(Job::sampled(7, "clip.mp4".into(), 0));
+//! let outcome = pool.recv().expect("one outcome per job");
+//! match outcome.result {
+//!     Ok(out) => println!("{:?}", out.shape()),
+//!     Err(e) => eprintln!("{e}"),
+//! }
+//! ```
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use super::clock::thread_cpu_seconds;
+use super::{AllFrames, DecodeError, Decoded, Decoder, Params, Strategy};
+use crate::descriptor::Descriptor;
+
+/// What to decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The protocol's sampled frames, RGB24.
+    Sampled,
+    /// Every frame, native format, kept nowhere (`ffmpeg -f null` work).
+    AllFrames,
+}
+
+/// One sample to decode.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// Sample id.
+    pub id: u64,
+    /// File path.
+    pub path: PathBuf,
+    /// Deadline (any monotone unit; smaller is earlier).
+    pub deadline: u64,
+    /// The sample's descriptor from the index: its size and mtime are checked against the file
+    /// (a changed file is an error), its keyframe interval chooses seek or scan.
+    pub descriptor: Option<Descriptor>,
+    /// What to decode.
+    pub mode: Mode,
+    /// Force a strategy (otherwise chosen from the descriptor, or scan without one).
+    pub strategy: Option<Strategy>,
+}
+
+impl Job {
+    /// A sampled decode of `path` with no descriptor.
+    pub fn sampled(id: u64, path: PathBuf, deadline: u64) -> Job {
+        Job { id, path, deadline, descriptor: None, mode: Mode::Sampled, strategy: None }
+    }
+}
+
+/// Why one sample failed (the pool layer's error).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Failure {
+    /// The file is not there or cannot be read.
+    #[error("missing or unreadable file: {0}")]
+    Missing(std::io::Error),
+    /// The file's size or modification time differs from the index.
+    #[error("file changed since indexing ({0}); re-run `datahelix index`")]
+    Changed(String),
+    /// The output tensor is larger than the pool's whole byte budget.
+    #[error("output of {need} bytes exceeds the pool's whole buffer budget of {budget} bytes")]
+    TooLarge {
+        /// Bytes the tensor needs.
+        need: usize,
+        /// The pool's budget.
+        budget: usize,
+    },
+    /// FFmpeg could not decode it.
+    #[error("{0}")]
+    Decode(#[from] DecodeError),
+    /// The decoder panicked (a bug); caught so the pool goes on.
+    #[error("decoder panicked: {0}")]
+    Panicked(String),
+}
+
+/// A failed sample: which, where, why.
+#[derive(Debug)]
+pub struct SampleError {
+    /// Sample id.
+    pub id: u64,
+    /// File path.
+    pub path: PathBuf,
+    /// The reason.
+    pub reason: Failure,
+}
+
+impl fmt::Display for SampleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sample {} ({}): {}", self.id, self.path.display(), self.reason)
+    }
+}
+
+impl std::error::Error for SampleError {}
+
+/// A decoded tensor in a pooled buffer; the buffer returns to the pool on drop.
+pub struct Tensor {
+    buf: Vec<u8>,
+    pool: Arc<Buffers>,
+}
+
+impl std::ops::Deref for Tensor {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor({} bytes)", self.buf.len())
+    }
+}
+
+impl Drop for Tensor {
+    fn drop(&mut self) {
+        self.pool.release(std::mem::take(&mut self.buf));
+    }
+}
+
+/// What a successful job produced.
+#[derive(Debug)]
+pub enum Output {
+    /// Sampled frames: the tensor and how it was made.
+    Sampled {
+        /// Packed RGB24 `[F, H', W', 3]`.
+        tensor: Tensor,
+        /// Shape, timestamps, work counters.
+        decoded: Decoded,
+    },
+    /// Every frame, native format.
+    AllFrames(AllFrames),
+}
+
+impl Output {
+    /// `[F, H, W, C]` (for all frames: `[frames, H, W, 0]`, the frames being in a native planar
+    /// format that has no channel axis).
+    pub fn shape(&self) -> [usize; 4] {
+        match self {
+            Output::Sampled { decoded, .. } => decoded.shape.dims(),
+            Output::AllFrames(a) => [a.frames as usize, a.height as usize, a.width as usize, 0],
+        }
+    }
+}
+
+/// One finished job.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Sample id.
+    pub id: u64,
+    /// The job's deadline.
+    pub deadline: u64,
+    /// The tensor, or why there is none.
+    pub result: Result<Output, SampleError>,
+    /// Wall seconds from the worker taking the job to its end (buffer waits excluded).
+    pub seconds: f64,
+    /// CPU seconds of the worker thread on the job.
+    pub cpu_seconds: f64,
+}
+
+/// Pool settings.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolConfig {
+    /// Decode threads.
+    pub workers: usize,
+    /// Most bytes of tensor buffers alive at once (in use and free).
+    pub budget_bytes: usize,
+    /// Preprocessing parameters.
+    pub params: Params,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig { workers: 1, budget_bytes: 256 << 20, params: Params::default() }
+    }
+}
+
+struct Buffers {
+    budget: usize,
+    state: Mutex<BufState>,
+    returned: Condvar,
+}
+
+struct BufState {
+    free: Vec<Vec<u8>>,
+    /// Capacity of every live buffer, free or in use.
+    allocated: usize,
+    closed: bool,
+}
+
+impl Buffers {
+    fn lock(&self) -> MutexGuard<'_, BufState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A buffer of exactly `len` bytes, waiting while the budget is spent. `None` when the pool
+    /// is shutting down.
+    fn acquire(&self, len: usize) -> Option<Vec<u8>> {
+        let mut st = self.lock();
+        loop {
+            if st.closed {
+                return None;
+            }
+            // Best fit among free buffers.
+            let best = (0..st.free.len())
+                .filter(|&i| st.free[i].capacity() >= len)
+                .min_by_key(|&i| (st.free[i].capacity(), i));
+            if let Some(i) = best {
+                let mut b = st.free.swap_remove(i);
+                b.clear();
+                b.resize(len, 0);
+                return Some(b);
+            }
+            // Make room by dropping free buffers that are too small, largest first.
+            while st.allocated + len > self.budget && !st.free.is_empty() {
+                let i = (0..st.free.len()).max_by_key(|&i| (st.free[i].capacity(), i)).unwrap_or(0);
+                let b = st.free.swap_remove(i);
+                st.allocated -= b.capacity();
+            }
+            if st.allocated + len <= self.budget {
+                let b = vec![0u8; len];
+                st.allocated += b.capacity();
+                return Some(b);
+            }
+            st = self.returned.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn release(&self, buf: Vec<u8>) {
+        let mut st = self.lock();
+        if buf.capacity() > 0 {
+            st.free.push(buf);
+        }
+        drop(st);
+        self.returned.notify_all();
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.returned.notify_all();
+    }
+}
+
+struct Queued {
+    key: (u64, u64, u64),
+    job: Job,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, o: &Self) -> bool {
+        self.key == o.key
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Queued {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.key.cmp(&o.key)
+    }
+}
+
+struct Queue {
+    state: Mutex<QueueState>,
+    ready: Condvar,
+}
+
+struct QueueState {
+    heap: BinaryHeap<Reverse<Queued>>,
+    seq: u64,
+    closed: bool,
+    /// Workers hold off while paused (tests use it to fill the queue before work starts).
+    paused: bool,
+}
+
+/// The worker pool. Dropping it stops the workers after their current job.
+pub struct Pool {
+    queue: Arc<Queue>,
+    buffers: Arc<Buffers>,
+    results: Mutex<mpsc::Receiver<Outcome>>,
+    threads: Vec<JoinHandle<()>>,
+    pending: AtomicU64,
+}
+
+impl Pool {
+    /// Starts `config.workers` (at least one) decode threads.
+    pub fn new(config: PoolConfig) -> Pool {
+        Pool::start(config, false)
+    }
+
+    /// Starts the pool paused: jobs queue up until [`Pool::resume`] (so their order is decided
+    /// by deadline alone, not by submission timing).
+    pub fn new_paused(config: PoolConfig) -> Pool {
+        Pool::start(config, true)
+    }
+
+    fn start(config: PoolConfig, paused: bool) -> Pool {
+        let queue = Arc::new(Queue {
+            state: Mutex::new(QueueState { heap: BinaryHeap::new(), seq: 0, closed: false, paused }),
+            ready: Condvar::new(),
+        });
+        let buffers = Arc::new(Buffers {
+            budget: config.budget_bytes,
+            state: Mutex::new(BufState { free: Vec::new(), allocated: 0, closed: false }),
+            returned: Condvar::new(),
+        });
+        let (tx, results) = mpsc::channel();
+        let threads = (0..config.workers.max(1))
+            .map(|i| {
+                let (q, b, tx) = (queue.clone(), buffers.clone(), tx.clone());
+                std::thread::Builder::new()
+                    .name(format!("dh-decode-{i}"))
+                    .spawn(move || worker(q, b, tx, config.params))
+                    .expect("spawn decode worker")
+            })
+            .collect();
+        Pool { queue, buffers, results: Mutex::new(results), threads, pending: AtomicU64::new(0) }
+    }
+
+    /// Lets a paused pool's workers start.
+    pub fn resume(&self) {
+        self.queue.state.lock().unwrap_or_else(|e| e.into_inner()).paused = false;
+        self.queue.ready.notify_all();
+    }
+
+    /// Queues a job.
+    pub fn submit(&self, job: Job) {
+        let mut st = self.queue.state.lock().unwrap_or_else(|e| e.into_inner());
+        let seq = st.seq;
+        st.seq += 1;
+        st.heap.push(Reverse(Queued { key: (job.deadline, job.id, seq), job }));
+        drop(st);
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        self.queue.ready.notify_one();
+    }
+
+    /// The next finished job, waiting for it; `None` when every submitted job has been returned.
+    pub fn recv(&self) -> Option<Outcome> {
+        if self.pending.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let o = self.results.lock().unwrap_or_else(|e| e.into_inner()).recv().ok()?;
+        self.pending.fetch_sub(1, Ordering::SeqCst);
+        Some(o)
+    }
+
+    /// The byte budget.
+    pub fn budget_bytes(&self) -> usize {
+        self.buffers.budget
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.queue.state.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+        self.queue.ready.notify_all();
+        self.buffers.close();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn worker(queue: Arc<Queue>, buffers: Arc<Buffers>, tx: mpsc::Sender<Outcome>, params: Params) {
+    loop {
+        let job = {
+            let mut st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                if st.closed {
+                    return;
+                }
+                if !st.paused {
+                    if let Some(Reverse(q)) = st.heap.pop() {
+                        break q.job;
+                    }
+                }
+                st = queue.ready.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        let (id, deadline, path) = (job.id, job.deadline, job.path.clone());
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_job(&job, &buffers, &params)));
+        let (result, seconds, cpu_seconds) = match run {
+            Ok(Some(r)) => r,
+            Ok(None) => return, // shutting down
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                (Err(Failure::Panicked(msg)), 0.0, 0.0)
+            }
+        };
+        let result = result.map_err(|reason| SampleError { id, path, reason });
+        if tx.send(Outcome { id, deadline, result, seconds, cpu_seconds }).is_err() {
+            return;
+        }
+    }
+}
+
+/// Checks the file against its descriptor: present, same size, same modification time.
+pub fn check_file(job: &Job) -> Result<(), Failure> {
+    let meta = std::fs::metadata(&job.path).map_err(Failure::Missing)?;
+    if let Some(d) = &job.descriptor {
+        if d.bytes != 0 && meta.len() != d.bytes {
+            return Err(Failure::Changed(format!("{} bytes, index says {}", meta.len(), d.bytes)));
+        }
+        if d.mtime_ns != 0 {
+            let m = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|t| t.as_nanos() as i64);
+            if let Some(m) = m {
+                if m != d.mtime_ns {
+                    return Err(Failure::Changed(format!("modified at {m} ns, index says {}", d.mtime_ns)));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+type JobResult = (Result<Output, Failure>, f64, f64);
+
+fn run_job(job: &Job, buffers: &Arc<Buffers>, params: &Params) -> Option<JobResult> {
+    let (t0, c0) = (Instant::now(), thread_cpu_seconds());
+    let mut waited = 0.0;
+    let result = (|| -> Result<Option<Output>, Failure> {
+        check_file(job)?;
+        let mut dec = Decoder::open(&job.path)?;
+        if job.mode == Mode::AllFrames {
+            return Ok(Some(Output::AllFrames(dec.decode_all_frames()?)));
+        }
+        let shape = dec.shape(params)?;
+        let need = shape.bytes();
+        if need > buffers.budget {
+            return Err(Failure::TooLarge { need, budget: buffers.budget });
+        }
+        let strategy = job.strategy.unwrap_or_else(|| match &job.descriptor {
+            Some(d) => Strategy::choose(d.keyint, d.frames, shape.frames),
+            None => Strategy::Scan,
+        });
+        let w0 = Instant::now();
+        let Some(mut buf) = buffers.acquire(need) else { return Ok(None) };
+        waited = w0.elapsed().as_secs_f64();
+        match dec.decode_into(params, strategy, &mut buf) {
+            Ok(decoded) => {
+                Ok(Some(Output::Sampled { tensor: Tensor { buf, pool: buffers.clone() }, decoded }))
+            }
+            Err(e) => {
+                buffers.release(buf);
+                Err(e.into())
+            }
+        }
+    })();
+    let seconds = (t0.elapsed().as_secs_f64() - waited).max(0.0);
+    let cpu = (thread_cpu_seconds() - c0).max(0.0);
+    match result {
+        Ok(Some(o)) => Some((Ok(o), seconds, cpu)),
+        Ok(None) => None,
+        Err(e) => Some((Err(e), seconds, cpu)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buffers(budget: usize) -> Buffers {
+        Buffers {
+            budget,
+            state: Mutex::new(BufState { free: Vec::new(), allocated: 0, closed: false }),
+            returned: Condvar::new(),
+        }
+    }
+
+    #[test]
+    fn buffers_are_reused_and_evicted_within_the_budget() {
+        let b = buffers(250);
+        let x = b.acquire(100).unwrap();
+        assert_eq!(x.len(), 100);
+        b.release(x);
+        let y = b.acquire(50).unwrap();
+        assert_eq!((y.len(), b.lock().allocated), (50, 100), "reused, not reallocated");
+        b.release(y);
+        // 100 free + 200 new > 250: the free buffer is dropped to make room.
+        let z = b.acquire(200).unwrap();
+        assert_eq!(b.lock().allocated, 200);
+        assert!(b.lock().free.is_empty());
+        b.close();
+        assert!(b.acquire(100).is_none(), "closed pools hand out nothing");
+        drop(z);
+    }
+}

@@ -1,0 +1,184 @@
+//! The protocol's preprocessing arithmetic (`shared/bench/PROTOCOL.md`, "Preprocessing"), exact
+//! and FFI-free: output size, frame count, frame targets as rationals, tokens.
+
+/// The patch size `P` every output side is a multiple of.
+pub const PATCH: u64 = 28;
+
+/// Preprocessing parameters. Defaults are the protocol's: 2 frames per second, at most 16
+/// frames, at most 448 × 448 pixels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Params {
+    /// Frames sampled per second of video, `(num, den)`.
+    pub sample_fps: (u32, u32),
+    /// Most frames per sample.
+    pub max_frames: u32,
+    /// Most output pixels per frame.
+    pub max_pixels: u64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params { sample_fps: (2, 1), max_frames: 16, max_pixels: 200_704 }
+    }
+}
+
+/// Integer square root (floor).
+pub fn isqrt(n: u64) -> u64 {
+    let n = n as u128;
+    let mut x = (n as f64).sqrt() as u128;
+    while x * x > n {
+        x -= 1;
+    }
+    while (x + 1) * (x + 1) <= n {
+        x += 1;
+    }
+    x as u64
+}
+
+/// The protocol's output length of side `a` against the other side `b`:
+/// `a' = (a // P)·P` when `a·b ≤ max_pixels`, else `isqrt((a·max_pixels) // (P²·b))·P`; then
+/// `max(P, a')`.
+pub fn resize_side(a: u32, b: u32, max_pixels: u64) -> u32 {
+    let (a, b) = (a as u64, b as u64);
+    let side = if a * b <= max_pixels {
+        (a / PATCH) * PATCH
+    } else {
+        let q = (a as u128 * max_pixels as u128) / (PATCH as u128 * PATCH as u128 * b.max(1) as u128);
+        isqrt(q.min(u64::MAX as u128) as u64) * PATCH
+    };
+    side.max(PATCH).min(u32::MAX as u64) as u32
+}
+
+/// Output `(H', W')` of a `width`×`height` picture.
+pub fn output_size(width: u32, height: u32, max_pixels: u64) -> (u32, u32) {
+    (resize_side(height, width, max_pixels), resize_side(width, height, max_pixels))
+}
+
+/// A non-negative exact rational `num / den` (`den > 0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ratio {
+    /// Numerator.
+    pub num: i128,
+    /// Denominator (> 0).
+    pub den: i128,
+}
+
+impl Ratio {
+    /// `num / den`; `None` when `den ≤ 0`.
+    pub fn new(num: i128, den: i128) -> Option<Ratio> {
+        (den > 0).then_some(Ratio { num, den })
+    }
+
+    /// Compares exactly.
+    pub fn cmp_exact(&self, other: &Ratio) -> std::cmp::Ordering {
+        (self.num * other.den).cmp(&(other.num * self.den))
+    }
+
+    /// As seconds, for reports.
+    pub fn to_f64(&self) -> f64 {
+        self.num as f64 / self.den as f64
+    }
+}
+
+/// `F = clamp(floor(d × sample_fps), 1, max_frames)`.
+pub fn frame_count(duration: Ratio, params: &Params) -> u32 {
+    let (fn_, fd) = (params.sample_fps.0 as i128, params.sample_fps.1.max(1) as i128);
+    let f = (duration.num.max(0) * fn_) / (duration.den * fd);
+    f.clamp(1, params.max_frames.max(1) as i128) as u32
+}
+
+/// Target `t_i = (2i + 1) / (2F) × d`.
+pub fn target(i: u32, frames: u32, duration: Ratio) -> Ratio {
+    Ratio { num: (2 * i as i128 + 1) * duration.num, den: 2 * frames.max(1) as i128 * duration.den }
+}
+
+/// Tokens of a sample: `text_tokens + ceil(F / 2) × (H' / 28) × (W' / 28)`.
+pub fn tokens(text_tokens: u32, frames: u32, height: u32, width: u32) -> u64 {
+    text_tokens as u64 + (frames as u64).div_ceil(2) * (height as u64 / PATCH) * (width as u64 / PATCH)
+}
+
+/// How the decoder reaches the sampled frames. Both give the same frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// One sequential pass from the start.
+    Scan,
+    /// Before a target, seek to the keyframe preceding it when that keyframe lies beyond the
+    /// current position; decode forward from there.
+    Seek,
+}
+
+impl Strategy {
+    /// The name printed in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Scan => "scan",
+            Strategy::Seek => "seek",
+        }
+    }
+
+    /// Picks the strategy predicted cheaper from descriptor fields: `keyint` (largest keyframe
+    /// distance in frames, 0 unknown), the stream's `frames` and the number of sampled frames.
+    ///
+    /// A scan decodes about `frames × (F − ½) / F` frames. A seek decodes, per target, on average
+    /// half a GOP plus the keyframe (costlier than the frames it replaces) and pays a flush:
+    /// about `keyint / 2 + SEEK_OVERHEAD_FRAMES`, and only where the gap between targets exceeds
+    /// the distance back to the preceding keyframe. Seeking wins only when the gap between
+    /// targets is well above the keyframe interval.
+    pub fn choose(keyint: u32, frames: u32, sampled: u32) -> Strategy {
+        /// Flush, demuxer seek and the keyframe's extra cost, in frame-decode units (measured:
+        /// seeking every target of 720p/1080p x264 clips ran ~4× slower than a scan).
+        const SEEK_OVERHEAD_FRAMES: u64 = 8;
+        if keyint == 0 || sampled == 0 || frames == 0 {
+            return Strategy::Scan;
+        }
+        let (k, n, f) = (keyint as u64, frames as u64, sampled as u64);
+        let scan = n * (2 * f - 1) / (2 * f);
+        let gap = n / f;
+        let per_target = (k / 2 + SEEK_OVERHEAD_FRAMES).min(gap);
+        let seek = per_target * f;
+        if gap > k && seek < scan {
+            Strategy::Seek
+        } else {
+            Strategy::Scan
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_follow_the_integer_rule() {
+        // Small pictures: floor to a multiple of 28, at least 28.
+        assert_eq!(output_size(320, 240, 200_704), (224, 308));
+        assert_eq!(output_size(20, 10, 200_704), (28, 28));
+        // 530×530 = 280900 > max: isqrt(530·200704 // (784·530)) = isqrt(256) = 16 → 448.
+        assert_eq!(output_size(530, 530, 200_704), (448, 448));
+        // 1920×1080: H' = isqrt(1080·200704 // (784·1920))·28 = isqrt(144)·28 = 336;
+        // W' = isqrt(1920·200704 // (784·1080))·28 = isqrt(455)·28 = 21·28 = 588.
+        assert_eq!(output_size(1920, 1080, 200_704), (336, 588));
+        assert_eq!(isqrt(255), 15);
+        assert_eq!(isqrt(256), 16);
+        assert_eq!(isqrt(u64::MAX), 4_294_967_295);
+    }
+
+    #[test]
+    fn frames_and_targets_are_exact() {
+        let p = Params::default();
+        let d = Ratio::new(3, 1).unwrap();
+        assert_eq!(frame_count(d, &p), 6);
+        assert_eq!(frame_count(Ratio::new(1, 10).unwrap(), &p), 1);
+        assert_eq!(frame_count(Ratio::new(100, 1).unwrap(), &p), 16);
+        let t0 = target(0, 6, d);
+        assert_eq!(t0.cmp_exact(&Ratio::new(1, 4).unwrap()), std::cmp::Ordering::Equal);
+        assert_eq!(tokens(5, 3, 224, 308), 5 + 2 * 8 * 11);
+    }
+
+    #[test]
+    fn seek_only_when_gaps_dwarf_the_gop() {
+        assert_eq!(Strategy::choose(250, 240, 16), Strategy::Scan);
+        assert_eq!(Strategy::choose(0, 100_000, 16), Strategy::Scan);
+        assert_eq!(Strategy::choose(30, 3600, 16), Strategy::Seek);
+    }
+}
