@@ -10,6 +10,7 @@ mod gen;
 mod index;
 pub mod perf;
 mod plan;
+mod train;
 
 use std::path::Path;
 
@@ -40,6 +41,8 @@ pub enum Command {
     Perf(perf::PerfArgs),
     /// Plan a synthetic step and show the planner's decisions and predictions.
     Plan(plan::PlanArgs),
+    /// Emulated training under mpirun: the input pipeline measured (PROTOCOL.md).
+    Train(train::TrainArgs),
     /// Decode samples into tensors with the worker pool.
     Decode(decode::DecodeArgs),
     /// Fit the decode-cost model on this machine.
@@ -69,6 +72,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Index(args) => index::run(args),
         Command::Perf(args) => perf::run(args),
         Command::Plan(args) => plan::run(args),
+        Command::Train(args) => train::run(args),
         Command::Decode(args) => decode::run(args),
         Command::Calibrate(args) => calibrate::run(args),
     };

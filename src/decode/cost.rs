@@ -262,6 +262,12 @@ impl CostModel {
         self.fit(d.codec).observe(&f, seconds);
     }
 
+    /// Records a decode given as the model's features (what the all-gathered step record
+    /// carries, so every rank fits the same observations).
+    pub fn observe_features(&mut self, codec: Codec, f: &Features, seconds: f64) {
+        self.fit(codec).observe(f, seconds);
+    }
+
     /// The fitted codecs and their coefficients and observation counts.
     pub fn codecs(&self) -> impl Iterator<Item = (Codec, Coefficients, u64)> + '_ {
         self.fits.iter().map(|(c, f)| (*c, f.coefficients(), f.observations()))

@@ -74,6 +74,10 @@ pub struct StepRecord {
     pub skips_overflow: bool,
     /// Decode timings measured since the last record.
     pub observations: Vec<DecodeObservation>,
+    /// zstd level-1 compression ratio measured on this rank's tensors (0: not measured).
+    pub zstd_ratio: f64,
+    /// zstd level-1 compression speed in bytes per second (0: not measured).
+    pub zstd_bps: f64,
 }
 
 /// A record that does not decode: not the format, or inconsistent counts.
@@ -140,6 +144,8 @@ impl StepRecord {
         b[72] = self.skips.len().min(MAX_SKIPS) as u8;
         b[73] = self.skips_overflow as u8;
         b[74] = self.observations.len().min(MAX_OBSERVATIONS) as u8;
+        put(&mut b, 80, &self.zstd_ratio.to_bits().to_le_bytes());
+        put(&mut b, 88, &self.zstd_bps.to_bits().to_le_bytes());
         for (k, id) in self.skips.iter().take(MAX_SKIPS).enumerate() {
             put(&mut b, HEADER + 8 * k, &id.to_le_bytes());
         }
@@ -181,6 +187,8 @@ impl StepRecord {
             sum_tokens_sq: f64_at(b, 64),
             skips: (0..n_skips).map(|k| u64_at(b, HEADER + 8 * k)).collect(),
             skips_overflow: overflow == 1,
+            zstd_ratio: f64_at(b, 80),
+            zstd_bps: f64_at(b, 88),
             observations: (0..n_obs)
                 .map(|k| {
                     let at = obs_at + OBS_BYTES * k;

@@ -1,0 +1,260 @@
+//! `datahelix train`: an emulated synchronous training run whose input pipeline is DataHelix
+//! (or a baseline policy), under `mpirun -np R`. Follows `shared/bench/PROTOCOL.md`; writes its
+//! output document (`params`, `records`, `summary`) with `--out`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde_json::json;
+
+use super::CliError;
+use crate::collective::ReduceOp;
+use crate::comm;
+use crate::emu::Profile;
+use crate::exec::loader::{Loader, LoaderConfig};
+use crate::metrics::{summarize, RankStep, Span, TrainResult};
+use crate::policy::Policy;
+
+/// Run emulated training steps and measure the input pipeline (PROTOCOL.md).
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// The dataset folder (indexed with `datahelix index`).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// rank-local, actor-pool, post-balance, helix-batching, helix-placement or helix.
+    #[arg(long, default_value = "helix")]
+    pub policy: Policy,
+    /// Samples per global batch.
+    #[arg(long, default_value_t = 16)]
+    pub global_batch: usize,
+    /// Decode workers across all ranks (W); each rank gets W / R.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Steps, warm-up included.
+    #[arg(long, default_value_t = 20)]
+    pub steps: u64,
+    /// Warm-up steps (not measured).
+    #[arg(long, default_value_t = 3)]
+    pub warmup: u64,
+    /// Seed of the sampler and the accelerator noise.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The hidden model profile c0,a,b,sigma (seconds).
+    #[arg(long, default_value = "0.05,2e-5,2e-9,0.05")]
+    pub profile: Profile,
+    /// Steps decoded ahead (prefetch).
+    #[arg(long, default_value_t = 2)]
+    pub lookahead: usize,
+    /// Bytes of decoded tensors a rank's pool may hold, MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub budget_mib: usize,
+    /// Do not confine decode workers to per-rank CPU cgroups.
+    #[arg(long)]
+    pub no_cpu_budget: bool,
+    /// Cores the CPU budget divides (default: the machine's).
+    #[arg(long, default_value_t = 0.0)]
+    pub cores: f64,
+    /// All-reduce every plan's hash and fail on a mismatch.
+    #[arg(long)]
+    pub check_plan: bool,
+    /// Collective backend.
+    #[arg(long, default_value = "mpi")]
+    pub backend: String,
+    /// Write the result document here (rank 0).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Write a Chrome trace (one process per rank) here.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+}
+
+fn fail(e: impl std::fmt::Display) -> CliError {
+    CliError { code: 3, message: e.to_string() }
+}
+
+/// Runs `datahelix train`.
+pub fn run(args: TrainArgs) -> Result<i32, CliError> {
+    if args.backend != "mpi" {
+        return Err(CliError::usage(format!(
+            "backend {:?} is not available in this build; use mpi",
+            args.backend
+        )));
+    }
+    if args.warmup >= args.steps {
+        return Err(CliError::usage("--warmup must be smaller than --steps"));
+    }
+    let config = comm::Config::from_env().map_err(|e| CliError::usage(e.to_string()))?;
+    let world = comm::init(config).map_err(|e| fail(format!("cannot start MPI: {e}")))?;
+    let c = world.collective();
+    let (rank, ranks) = (c.rank(), c.size());
+    // The cgroups are named after rank 0's pid, shared by broadcast.
+    let mut job = (std::process::id() as u64).to_le_bytes();
+    c.broadcast(0, &mut job).map_err(fail)?;
+    let job = u64::from_le_bytes(job);
+    let cores = if args.cores > 0.0 {
+        args.cores
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
+    };
+    let mut cfg = LoaderConfig::new(args.data.clone());
+    cfg.policy = args.policy;
+    cfg.global_batch = args.global_batch;
+    cfg.workers = args.workers;
+    cfg.seed = args.seed;
+    cfg.steps = args.steps;
+    cfg.lookahead = args.lookahead;
+    cfg.budget_bytes = args.budget_mib << 20;
+    cfg.cpu_budget = !args.no_cpu_budget;
+    cfg.cores = cores;
+    cfg.job = format!("{job:x}");
+    cfg.check_plan = args.check_plan;
+    cfg.trace = args.trace.is_some();
+    let mut loader = Loader::new(c, cfg).map_err(|e| CliError::usage(e.to_string()))?;
+    let (budget, why) = loader.cpu_budget();
+    if rank == 0 {
+        eprintln!(
+            "train: {} ranks, policy {}, W = {}, G = {}, {} steps ({} warm-up), cpu budget {budget}{}",
+            ranks,
+            args.policy,
+            args.workers,
+            args.global_batch,
+            args.steps,
+            args.warmup,
+            why.map(|w| format!(" ({w})")).unwrap_or_default()
+        );
+    }
+    c.barrier().map_err(fail)?;
+    let t0 = Instant::now();
+    loader.set_epoch(t0);
+    let mut records = Vec::with_capacity(args.steps as usize);
+    let mut spans: Vec<Span> = Vec::new();
+    for step in 0..args.steps {
+        let start_s = t0.elapsed().as_secs_f64();
+        let batch = loader.next_batch().map_err(fail)?;
+        let in_hand = Instant::now();
+        let tokens: Vec<u64> = batch.samples.iter().map(|s| s.tokens).collect();
+        let gpu_s = args.profile.step_seconds(&tokens, args.seed, step, rank as u64);
+        // The accelerator runs asynchronously: the rank sleeps for what is left of the step.
+        let left = Duration::from_secs_f64(gpu_s).saturating_sub(in_hand.elapsed());
+        std::thread::sleep(left);
+        let compute_end = t0.elapsed().as_secs_f64();
+        let mut grad = [gpu_s];
+        c.all_reduce_f64(&mut grad, ReduceOp::Sum).map_err(fail)?;
+        let end_s = t0.elapsed().as_secs_f64();
+        if args.trace.is_some() {
+            let r = rank as u32;
+            spans.push(Span {
+                rank: r,
+                thread: 0,
+                cat: "compute".into(),
+                name: format!("step {step}"),
+                start_s: compute_end - gpu_s,
+                dur_s: gpu_s,
+            });
+            spans.push(Span {
+                rank: r,
+                thread: 0,
+                cat: "wait".into(),
+                name: format!("sync {step}"),
+                start_s: compute_end,
+                dur_s: end_s - compute_end,
+            });
+        }
+        records.push(RankStep {
+            rank: rank as u32,
+            step,
+            input_wait_s: batch.input_wait_s,
+            gpu_s,
+            ids: batch.samples.iter().map(|s| s.id).collect(),
+            skipped: batch.skipped.clone(),
+            start_s,
+            end_s,
+            max_sample_gpu_s: tokens.iter().map(|&t| args.profile.sample_seconds(t)).fold(0.0, f64::max),
+            decode_cpu_s: batch.decode_cpu_s,
+            tokens: tokens.iter().sum(),
+            bytes_in: batch.bytes_in,
+        });
+        loader.report_step(gpu_s, &batch);
+        drop(batch);
+    }
+    spans.extend(loader.spans().iter().cloned());
+    let counters = loader.counters;
+    drop(loader);
+
+    // Gather every rank's records (and spans) on every rank; rank 0 writes.
+    let mine = serde_json::to_vec(&(records, spans)).map_err(fail)?;
+    let all = c.all_gather_v_vec(&mine).map_err(fail)?;
+    if rank != 0 {
+        return Ok(0);
+    }
+    let mut records: Vec<RankStep> = Vec::new();
+    let mut spans: Vec<Span> = Vec::new();
+    for block in all {
+        let (r, s): (Vec<RankStep>, Vec<Span>) = serde_json::from_slice(&block).map_err(fail)?;
+        records.extend(r);
+        spans.extend(s);
+    }
+    records.sort_by_key(|r| (r.step, r.rank));
+    let mut summary = summarize(&records, args.warmup, ranks, cores);
+    summary.rebalances_run = counters.rebalances_run;
+    summary.rebalances_skipped = counters.rebalances_skipped;
+    summary.bytes_moved = records.iter().filter(|r| r.step >= args.warmup).map(|r| r.bytes_in).sum();
+    let result = TrainResult {
+        params: json!({
+            "policy": args.policy.name(),
+            "ranks": ranks,
+            "global_batch": args.global_batch,
+            "workers": args.workers,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "seed": args.seed,
+            "profile": args.profile,
+            "lookahead": args.lookahead,
+            "cpu_budget": budget,
+            "cores": cores,
+            "backend": args.backend,
+            "dataset": args.data.display().to_string(),
+            "protocol": "1.2",
+        }),
+        records,
+        summary,
+    };
+    if let Some(path) = &args.trace {
+        write_trace(path, &result.records, &spans).map_err(fail)?;
+    }
+    let text = serde_json::to_string_pretty(&result).map_err(fail)?;
+    match &args.out {
+        Some(p) => {
+            std::fs::write(p, text + "\n").map_err(|e| fail(format!("cannot write {}: {e}", p.display())))?
+        }
+        None => println!("{text}"),
+    }
+    let s = &result.summary;
+    eprintln!(
+        "train: {} — {:.2} samples/s, miss rate {:.3} (10 ms: {:.3}), p95 wait {:.1} ms, efficiency {:.2}",
+        args.policy,
+        s.throughput,
+        s.miss_rate,
+        s.miss_rate_10ms,
+        s.p95_wait_s * 1e3,
+        s.efficiency
+    );
+    Ok(0)
+}
+
+/// Chrome trace-event JSON: one process per rank, complete ("X") events in microseconds.
+fn write_trace(path: &std::path::Path, records: &[RankStep], spans: &[Span]) -> std::io::Result<()> {
+    let ranks: std::collections::BTreeSet<u32> = records.iter().map(|r| r.rank).collect();
+    let mut events: Vec<serde_json::Value> = ranks
+        .iter()
+        .map(|r| json!({"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": format!("rank {r}")}}))
+        .collect();
+    for s in spans {
+        events.push(json!({
+            "ph": "X", "name": s.name, "cat": s.cat, "pid": s.rank, "tid": s.thread,
+            "ts": s.start_s * 1e6, "dur": s.dur_s * 1e6,
+        }));
+    }
+    std::fs::write(path, serde_json::to_vec(&json!({"traceEvents": events, "displayTimeUnit": "ms"}))?)
+}

@@ -1,0 +1,169 @@
+//! The per-rank CPU budget of the benchmark protocol (`shared/bench/PROTOCOL.md`, "CPU budget"):
+//! rank r's decode workers run in a CPU cgroup of their own, `datahelix-<job>-r<rank>`, whose
+//! quota is `cores × workers_r / W` cores, so one machine cannot pool its cores across ranks the
+//! way a cluster never could. The rank's main thread stays outside.
+//!
+//! Linux cgroup v1 `cpu` controller (`cpu.cfs_quota_us` / `cpu.cfs_period_us`), where threads can
+//! be placed one by one. Threads inherit their creator's cgroup, so the executor enters the group,
+//! starts its decode workers, and leaves. Where no group can be made (not root, no v1 `cpu`
+//! controller), the run proceeds unenforced and says so.
+//!
+//! ```no_run
+//! use datahelix::exec::cgroup::CpuGroup;
+//!
+//! let group = CpuGroup::create("job42", 0, 0.5); // half a core for rank 0's workers
+//! println!("cpu budget: {}", group.status());
+//! group.enter_current_thread();
+//! // ... spawn decode workers here: they inherit the group ...
+//! group.leave_current_thread();
+//! ```
+
+use std::path::{Path, PathBuf};
+
+const PERIOD_US: u64 = 100_000;
+
+/// A rank's CPU cgroup, or the reason there is none.
+#[derive(Debug)]
+pub struct CpuGroup {
+    dir: Option<PathBuf>,
+    home: Option<PathBuf>,
+    why_not: Option<String>,
+    cores: f64,
+}
+
+fn thread_id() -> u64 {
+    // SAFETY: gettid takes no arguments, cannot fail and touches no memory.
+    unsafe { libc::gettid() as u64 }
+}
+
+/// Where the v1 `cpu` controller is mounted and this thread's group inside it.
+fn v1_cpu_home() -> Result<PathBuf, String> {
+    let text = std::fs::read_to_string("/proc/thread-self/cgroup")
+        .map_err(|e| format!("cannot read /proc/thread-self/cgroup: {e}"))?;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        if controllers.split(',').any(|c| c == "cpu") {
+            for mount in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"] {
+                let home = Path::new(mount).join(path.trim_start_matches('/'));
+                if home.join("cpu.cfs_quota_us").exists() {
+                    return Ok(home);
+                }
+            }
+            return Err("the cgroup v1 cpu controller is not mounted at /sys/fs/cgroup/cpu".into());
+        }
+    }
+    Err("no cgroup v1 cpu controller (cgroup v2 threaded groups are not supported yet)".into())
+}
+
+impl CpuGroup {
+    /// Creates (or reuses) `datahelix-<job>-r<rank>` with a quota of `cores` cores. Never fails:
+    /// on any problem the group is unenforced and [`CpuGroup::status`] says why.
+    pub fn create(job: &str, rank: usize, cores: f64) -> CpuGroup {
+        let unenforced = |why: String| CpuGroup { dir: None, home: None, why_not: Some(why), cores };
+        if !(cores.is_finite() && cores > 0.0) {
+            return unenforced(format!("quota of {cores} cores is not positive"));
+        }
+        let home = match v1_cpu_home() {
+            Ok(h) => h,
+            Err(e) => return unenforced(e),
+        };
+        let dir = home.join(format!("datahelix-{job}-r{rank}"));
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            return unenforced(format!("cannot create {}: {e}", dir.display()));
+        }
+        let quota = ((PERIOD_US as f64) * cores).round().max(1000.0) as u64;
+        let set = std::fs::write(dir.join("cpu.cfs_period_us"), PERIOD_US.to_string())
+            .and_then(|_| std::fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string()));
+        if let Err(e) = set {
+            let _ = std::fs::remove_dir(&dir);
+            return unenforced(format!("cannot set the quota in {}: {e}", dir.display()));
+        }
+        CpuGroup { dir: Some(dir), home: Some(home), why_not: None, cores }
+    }
+
+    /// A group that enforces nothing (the budget was not asked for).
+    pub fn none(why: &str) -> CpuGroup {
+        CpuGroup { dir: None, home: None, why_not: Some(why.to_string()), cores: 0.0 }
+    }
+
+    /// `"enforced"` or `"unenforced"` (PROTOCOL.md's words).
+    pub fn status(&self) -> &'static str {
+        if self.dir.is_some() {
+            "enforced"
+        } else {
+            "unenforced"
+        }
+    }
+
+    /// Why the budget is not enforced, if it is not.
+    pub fn why_not(&self) -> Option<&str> {
+        self.why_not.as_deref()
+    }
+
+    /// The quota in cores.
+    pub fn cores(&self) -> f64 {
+        self.cores
+    }
+
+    /// Moves the calling thread into the group (threads it starts afterwards inherit it).
+    pub fn enter_current_thread(&self) {
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::write(dir.join("tasks"), thread_id().to_string());
+        }
+    }
+
+    /// Moves the calling thread back to the group it came from.
+    pub fn leave_current_thread(&self) {
+        if let Some(home) = &self.home {
+            let _ = std::fs::write(home.join("tasks"), thread_id().to_string());
+        }
+    }
+}
+
+impl Drop for CpuGroup {
+    fn drop(&mut self) {
+        // The workers have exited by now (the pool is dropped first); an empty group can go.
+        if let Some(dir) = &self.dir {
+            for _ in 0..50 {
+                if std::fs::remove_dir(dir).is_ok() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_quota_is_unenforced_with_a_reason() {
+        let g = CpuGroup::create("test", 0, 0.0);
+        assert_eq!(g.status(), "unenforced");
+        assert!(g.why_not().unwrap().contains("not positive"));
+    }
+
+    #[test]
+    fn where_cgroups_work_the_quota_is_written_and_the_group_removed() {
+        let g = CpuGroup::create(&format!("unit{}", std::process::id()), 3, 0.25);
+        if g.status() == "unenforced" {
+            eprintln!("cgroup unavailable here: {}", g.why_not().unwrap_or(""));
+            return;
+        }
+        let dir = g.dir.clone().unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join("cpu.cfs_quota_us")).unwrap().trim(), "25000");
+        // A thread entering and leaving shows up in and out of the group's task list.
+        std::thread::spawn(move || {
+            g.enter_current_thread();
+            let tasks = std::fs::read_to_string(g.dir.as_ref().unwrap().join("tasks")).unwrap();
+            assert!(tasks.lines().any(|l| l.trim() == thread_id().to_string()));
+            g.leave_current_thread();
+        })
+        .join()
+        .unwrap();
+        assert!(!dir.exists(), "the group is removed on drop");
+    }
+}

@@ -1,0 +1,121 @@
+//! Moving decoded tensors between ranks: a self-describing message per sample (header + raw or
+//! zstd-compressed bytes), packed per destination for one `all_to_all_v`.
+//!
+//! ```
+//! use datahelix::exec::exchange::{pack, unpack, Piece};
+//!
+//! let piece = Piece { index: 3, id: 99, shape: [2, 28, 28, 3], tokens: 7, ok: true, data: vec![5u8; 2 * 28 * 28 * 3] };
+//! let mut buf = Vec::new();
+//! pack(&mut buf, &piece, true).unwrap();        // compressed with zstd level 1
+//! let back = unpack(&buf).unwrap();
+//! assert_eq!(back, vec![piece]);
+//! ```
+
+/// One sample on the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Index of the sample in its step's batch.
+    pub index: u32,
+    /// Sample id.
+    pub id: u64,
+    /// `[F, H, W, 3]`.
+    pub shape: [usize; 4],
+    /// Tokens it gives the accelerator.
+    pub tokens: u64,
+    /// False when decoding failed (then `data` is empty): the owner learns of the skip.
+    pub ok: bool,
+    /// Packed RGB24 bytes.
+    pub data: Vec<u8>,
+}
+
+const HEADER: usize = 56;
+
+/// A malformed message (a peer running another build, or memory corruption).
+#[derive(Debug, thiserror::Error)]
+#[error("tensor message from a peer is malformed: {0}; every rank must run the same DataHelix build")]
+pub struct ExchangeError(pub String);
+
+/// Appends `piece` to `out`, zstd-compressed (level 1) when `compress`.
+pub fn pack(out: &mut Vec<u8>, piece: &Piece, compress: bool) -> Result<(), ExchangeError> {
+    let payload = if compress && !piece.data.is_empty() {
+        zstd::bulk::compress(&piece.data, 1).map_err(|e| ExchangeError(format!("zstd: {e}")))?
+    } else {
+        piece.data.clone()
+    };
+    let mut h = [0u8; HEADER];
+    h[0..4].copy_from_slice(&piece.index.to_le_bytes());
+    h[4] = piece.ok as u8;
+    h[5] = (compress && !piece.data.is_empty()) as u8;
+    h[8..16].copy_from_slice(&piece.id.to_le_bytes());
+    for (k, d) in piece.shape.iter().enumerate() {
+        h[16 + 4 * k..20 + 4 * k].copy_from_slice(&(*d as u32).to_le_bytes());
+    }
+    h[32..40].copy_from_slice(&piece.tokens.to_le_bytes());
+    h[40..48].copy_from_slice(&(piece.data.len() as u64).to_le_bytes());
+    h[48..56].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&h);
+    out.extend_from_slice(&payload);
+    Ok(())
+}
+
+/// Reads every piece of a received block.
+pub fn unpack(mut block: &[u8]) -> Result<Vec<Piece>, ExchangeError> {
+    let mut out = Vec::new();
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
+    while !block.is_empty() {
+        if block.len() < HEADER {
+            return Err(ExchangeError("truncated header".into()));
+        }
+        let h = &block[..HEADER];
+        let raw_len = u64_at(h, 40) as usize;
+        let wire_len = u64_at(h, 48) as usize;
+        if block.len() - HEADER < wire_len {
+            return Err(ExchangeError("payload shorter than its header says".into()));
+        }
+        let payload = &block[HEADER..HEADER + wire_len];
+        let data = if h[5] == 1 {
+            zstd::bulk::decompress(payload, raw_len).map_err(|e| ExchangeError(format!("zstd: {e}")))?
+        } else {
+            payload.to_vec()
+        };
+        if data.len() != raw_len {
+            return Err(ExchangeError("decompressed size differs from the header".into()));
+        }
+        let dim =
+            |k: usize| u32::from_le_bytes(h[16 + 4 * k..20 + 4 * k].try_into().unwrap_or([0; 4])) as usize;
+        out.push(Piece {
+            index: u32::from_le_bytes(h[0..4].try_into().unwrap_or([0; 4])),
+            ok: h[4] == 1,
+            id: u64_at(h, 8),
+            shape: [dim(0), dim(1), dim(2), dim(3)],
+            tokens: u64_at(h, 32),
+            data,
+        });
+        block = &block[HEADER + wire_len..];
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_failed_and_garbage() {
+        let ok = Piece {
+            index: 1,
+            id: u64::MAX,
+            shape: [1, 28, 56, 3],
+            tokens: 2,
+            ok: true,
+            data: (0..4704u32).map(|x| x as u8).collect(),
+        };
+        let failed = Piece { index: 2, id: 5, shape: [0; 4], tokens: 0, ok: false, data: vec![] };
+        let mut buf = Vec::new();
+        pack(&mut buf, &ok, false).unwrap();
+        pack(&mut buf, &failed, true).unwrap();
+        assert_eq!(unpack(&buf).unwrap(), vec![ok, failed]);
+        assert!(unpack(&buf[..buf.len() - 1]).is_err());
+        assert!(unpack(&[1, 2, 3]).is_err());
+    }
+}

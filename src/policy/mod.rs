@@ -1,0 +1,207 @@
+//! The input policies compared on one protocol (`shared/DESIGN.md`, "Policies"), behind one
+//! function: given a step's global batch and what every rank reported, which rank trains each
+//! sample, which rank decodes it, in what order, and what happens after decoding.
+//!
+//! | policy | split | decode | after decode |
+//! |---|---|---|---|
+//! | `rank-local` | strided (DistributedSampler) | own workers, in order | — |
+//! | `actor-pool` | strided | one shared pool of all W workers, FIFO, results shipped | — |
+//! | `post-balance` | strided | own workers, in order | LPT on decoded tokens + all-to-all, skipped below 20% imbalance |
+//! | `helix-batching` | token-aware LPT + local search | own workers, EDF | — |
+//! | `helix-placement` | as above | deadline-aware placement | — |
+//! | `helix` | as above | deadline-aware placement | cost-gated rebalance |
+//!
+//! ```
+//! use datahelix::policy::Policy;
+//!
+//! assert_eq!("helix".parse::<Policy>().unwrap(), Policy::Helix);
+//! assert_eq!(Policy::ALL.len(), 6);
+//! assert!(Policy::ActorPool.ships_tensors());
+//! ```
+
+use std::str::FromStr;
+
+use crate::plan::{self, Batching, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
+
+/// A policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Policy {
+    /// PyTorch DataLoader + DistributedSampler.
+    RankLocal,
+    /// Ray ActorPool.
+    ActorPool,
+    /// Rank-local decode, then post-decode token balancing (LoongForge / MindSpeed-MM).
+    PostBalance,
+    /// DataHelix's batching alone.
+    HelixBatching,
+    /// DataHelix's batching and decode placement.
+    HelixPlacement,
+    /// DataHelix, full: batching, placement, cost-gated rebalance.
+    Helix,
+}
+
+/// What happens to decoded tensors before delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterDecode {
+    /// Deliver as planned.
+    Nothing,
+    /// LPT on decoded token counts + all-to-all, unless the imbalance is below 20%.
+    TokenBalance,
+    /// DataHelix's cost-gated rebalance.
+    Gated,
+}
+
+impl Policy {
+    /// Every policy, in the order tables list them.
+    pub const ALL: [Policy; 6] = [
+        Policy::RankLocal,
+        Policy::ActorPool,
+        Policy::PostBalance,
+        Policy::HelixBatching,
+        Policy::HelixPlacement,
+        Policy::Helix,
+    ];
+
+    /// The name in `shared/CLI.md`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::RankLocal => "rank-local",
+            Policy::ActorPool => "actor-pool",
+            Policy::PostBalance => "post-balance",
+            Policy::HelixBatching => "helix-batching",
+            Policy::HelixPlacement => "helix-placement",
+            Policy::Helix => "helix",
+        }
+    }
+
+    /// Whether decoded tensors may travel between ranks before the step.
+    pub fn ships_tensors(self) -> bool {
+        matches!(self, Policy::ActorPool | Policy::HelixPlacement | Policy::Helix)
+    }
+
+    /// What happens after decoding.
+    pub fn after_decode(self) -> AfterDecode {
+        match self {
+            Policy::PostBalance => AfterDecode::TokenBalance,
+            Policy::Helix => AfterDecode::Gated,
+            _ => AfterDecode::Nothing,
+        }
+    }
+}
+
+impl FromStr for Policy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Policy, String> {
+        Policy::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Policy::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown policy {s:?}; one of {}", names.join(", "))
+        })
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One step's decisions, identical on every rank.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepPlan {
+    /// The step.
+    pub step: u64,
+    /// Per sample of the input (batch order): the rank that trains it.
+    pub owner: Vec<u32>,
+    /// Per sample: the rank that decodes it.
+    pub decoder: Vec<u32>,
+    /// Per rank: sample indices in the order its workers take them.
+    pub order: Vec<Vec<u32>>,
+    /// Predicted accelerator seconds per rank.
+    pub accel_s: Vec<f64>,
+    /// Predicted misses (the planner's; 0 for baselines, which do not predict).
+    pub predicted_misses: u64,
+    /// Hash of the decisions.
+    pub hash: u64,
+}
+
+impl StepPlan {
+    /// The predicted step time: the slowest rank.
+    pub fn step_s(&self) -> f64 {
+        self.accel_s.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+/// Plans one step under `policy`. `input.samples` are the usable samples of the global batch in
+/// batch order (all with `step` 0); `input.ranks` what each rank reported.
+pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPlan, plan::PlanError> {
+    let r = input.ranks.len();
+    let n = input.samples.len();
+    let mut options = PlanOptions { ..input.options.clone() };
+    let in_order = matches!(policy, Policy::RankLocal | Policy::PostBalance | Policy::ActorPool);
+    match policy {
+        Policy::RankLocal | Policy::PostBalance | Policy::ActorPool => {
+            options.batching = Batching::Strided;
+            options.placement = false;
+        }
+        Policy::HelixBatching => options.placement = false,
+        Policy::HelixPlacement | Policy::Helix => options.placement = true,
+    }
+    let p = plan::plan(&PlanInput { first_step: step, options, ..input.clone() })?;
+    let mut decoder = p.decoder.clone();
+    let mut order = p.decode_order.clone();
+    if policy == Policy::ActorPool {
+        decoder = actor_pool_decoders(&input.samples, &input.ranks);
+    }
+    if in_order {
+        order = vec![Vec::new(); r];
+        for i in 0..n {
+            order[decoder[i] as usize].push(i as u32);
+        }
+    }
+    let mut h = plan::Fnv::default();
+    h.u64(p.hash).u64(policy as u64);
+    for (i, &d) in decoder.iter().enumerate() {
+        h.u64(i as u64).u64(d as u64);
+    }
+    for o in &order {
+        for &i in o {
+            h.u64(i as u64);
+        }
+    }
+    Ok(StepPlan {
+        step,
+        owner: p.owner.clone(),
+        decoder,
+        order,
+        accel_s: p.first_step_loads(),
+        predicted_misses: if policy.name().starts_with("helix") { p.predicted_misses } else { 0 },
+        hash: h.finish(),
+    })
+}
+
+/// Ray ActorPool semantics, predicted: samples in batch order go to whichever worker of the
+/// shared pool frees up first (worker w lives on rank w mod R), using predicted decode times.
+fn actor_pool_decoders(samples: &[SampleIn], ranks: &[RankState]) -> Vec<u32> {
+    let r = ranks.len();
+    let mut workers: Vec<(i64, usize)> = Vec::new(); // (free at, rank)
+    let total: u32 = ranks.iter().map(|s| s.workers).sum();
+    for w in 0..total as usize {
+        let rank = w % r;
+        let backlog = plan::ns(ranks[rank].queued_cpu_s / ranks[rank].workers.max(1) as f64);
+        workers.push((backlog, rank));
+    }
+    samples
+        .iter()
+        .map(|s| {
+            let (k, _) =
+                workers.iter().enumerate().min_by_key(|(k, w)| (w.0, *k)).expect("at least one worker");
+            workers[k].0 += plan::ns(s.decode_s);
+            workers[k].1 as u32
+        })
+        .collect()
+}
+
+/// Transfer model used by policies before one is calibrated: 20 µs + bytes / 5 GB/s.
+pub fn default_transfer() -> TransferCost {
+    TransferCost::linear(20e-6, 5e9)
+}
