@@ -4,6 +4,7 @@
 //! Exit codes: 0 success, 1 the run finished but reported failures (with `--strict`), 2 bad usage
 //! or unusable input.
 
+pub mod compare;
 mod gen;
 mod index;
 pub mod perf;
@@ -38,6 +39,8 @@ pub enum Command {
     Perf(perf::PerfArgs),
     /// Plan a synthetic step and show the planner's decisions and predictions.
     Plan(plan::PlanArgs),
+    /// Compare policies from `train` results: table, `--json`, plots.
+    Compare(compare::CompareArgs),
 }
 
 /// An error the CLI reports on stderr before exiting with `code`.
@@ -63,6 +66,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Index(args) => index::run(args),
         Command::Perf(args) => perf::run(args),
         Command::Plan(args) => plan::run(args),
+        Command::Compare(args) => compare::run(args),
     };
     match result {
         Ok(code) => code,
