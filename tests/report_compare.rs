@@ -208,7 +208,7 @@ fn json_document() {
     }
     assert_eq!(v["plots"], json!([]));
     // Table order survives in the JSON text; speed-ups are throughput ratios.
-    let report: CompareReport = serde_json::from_value(v.clone()).unwrap();
+    let report: CompareReport = serde_json::from_str(&stdout(&out)).unwrap();
     let order: Vec<&str> = report.policies.iter().map(|(p, _)| p.as_str()).collect();
     assert_eq!(order, ["rank-local", "actor-pool", "helix"]);
     let base = results[1].1.summary.throughput;

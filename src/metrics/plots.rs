@@ -203,7 +203,7 @@ const SYNC_COLOUR: RGBColor = RGBColor(199, 199, 199);
 /// the first [`TIMELINE_STEPS`] measured steps, each rank's row shows the step's input wait (red,
 /// from `start_s`), compute (blue, `gpu_s` after the wait) and the rest of the step up to `end_s`
 /// (grey: the all-reduce, waiting for the slowest rank). Time is seconds from the first shown
-/// step's start. Pass one result for the timeline of one run.
+/// step's start, on one scale for every panel. Pass one result for the timeline of one run.
 pub fn timeline(results: &[(String, TrainResult)], path: &Path) -> Result<(), PlotError> {
     struct Panel<'a> {
         policy: &'a str,
@@ -259,11 +259,12 @@ pub fn timeline(results: &[(String, TrainResult)], path: &Path) -> Result<(), Pl
         legend_area.draw(&Text::new(label, (x + 30, 17), (FONT, 16).into_font())).map_err(&err)?;
     }
 
+    // One time scale for every panel, so a slower policy's steps look longer.
+    let span = panels.iter().map(|p| p.t1 - p.t0).fold(1e-6, f64::max);
     for (panel, h) in panels.iter().zip(&heights) {
         let (area, below) = rest.split_vertically(*h);
         rest = below;
         let ranks = f64::from(panel.ranks);
-        let span = (panel.t1 - panel.t0).max(1e-6);
         let mut chart = ChartBuilder::on(&area)
             .caption(
                 format!("{}: steps {}..{}", panel.policy, panel.first, panel.first + TIMELINE_STEPS - 1),
@@ -342,7 +343,7 @@ pub fn throughput_bars(results: &[(String, TrainResult)], path: &Path) -> Result
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(80)
-        .build_cartesian_2d((0..n).into_segmented(), 0.0..top)
+        .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..top)
         .map_err(&err)?;
     let name_of = |v: &SegmentValue<usize>| match v {
         SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
