@@ -5,6 +5,7 @@
 //! or unusable input.
 
 mod calibrate;
+pub mod compare;
 mod decode;
 mod gen;
 mod index;
@@ -47,6 +48,8 @@ pub enum Command {
     Decode(decode::DecodeArgs),
     /// Fit the decode-cost model on this machine.
     Calibrate(calibrate::CalibrateArgs),
+    /// Compare policies from `train` results: table, `--json`, plots.
+    Compare(compare::CompareArgs),
 }
 
 /// An error the CLI reports on stderr before exiting with `code`.
@@ -75,6 +78,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Train(args) => train::run(args),
         Command::Decode(args) => decode::run(args),
         Command::Calibrate(args) => calibrate::run(args),
+        Command::Compare(args) => compare::run(args),
     };
     match result {
         Ok(code) => code,

@@ -16,6 +16,10 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod plots;
+pub mod table;
+pub mod trace;
+
 /// One rank's record of one step.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RankStep {
