@@ -32,17 +32,44 @@ pub struct CompareArgs {
     /// "speedup_vs_rank_local": {name: ratio}}`.
     #[arg(long)]
     pub json: bool,
+    /// Run every policy on this dataset first (spawning `mpirun -np RANKS datahelix train`),
+    /// writing results, traces and plots into `--out-dir`.
+    #[arg(long, conflicts_with = "results")]
+    pub data: Option<PathBuf>,
+    /// With --data: where results and plots go.
+    #[arg(long, default_value = "target/compare")]
+    pub out_dir: PathBuf,
+    /// With --data: ranks.
+    #[arg(long, default_value_t = 4)]
+    pub ranks: usize,
+    /// With --data: the policies to run, comma-separated, or `all`.
+    #[arg(long, default_value = "all")]
+    pub policies: String,
+    /// With --data: arguments passed to every `datahelix train` (e.g. "--steps 20 --workers 4").
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
+    pub train_args: String,
+    /// With --data: the MPI launcher.
+    #[arg(long, default_value = "mpirun")]
+    pub mpirun: String,
 }
 
 /// Runs `datahelix compare`.
 pub fn run(args: CompareArgs) -> Result<i32, CliError> {
-    if args.results.is_empty() {
-        return Err(CliError::usage(
-            "compare needs --results FILE_OR_DIR... (result files of `datahelix train --out`)",
-        ));
-    }
-    let results = load_results(&args.results)?;
-    let report = report(&results, args.plots.as_deref())?;
+    let (results, plots_dir) = match &args.data {
+        Some(data) => {
+            let results = run_policies(&args, data)?;
+            (results, Some(args.plots.clone().unwrap_or_else(|| args.out_dir.join("plots"))))
+        }
+        None => {
+            if args.results.is_empty() {
+                return Err(CliError::usage(
+                    "compare needs --data DIR (run every policy) or --results FILE_OR_DIR... (result files of `datahelix train --out`)",
+                ));
+            }
+            (load_results(&args.results)?, args.plots.clone())
+        }
+    };
+    let report = report(&results, plots_dir.as_deref())?;
     if args.json {
         write_json(&report, None)?;
     } else {
@@ -52,6 +79,45 @@ pub fn run(args: CompareArgs) -> Result<i32, CliError> {
         }
     }
     Ok(0)
+}
+
+/// Runs `mpirun -np R datahelix train --policy P` for each policy on the same data, batches,
+/// CPU budget and accelerator profile; returns the results in policy order.
+fn run_policies(args: &CompareArgs, data: &Path) -> Result<Vec<(String, TrainResult)>, CliError> {
+    let policies: Vec<crate::policy::Policy> = if args.policies == "all" {
+        crate::policy::Policy::ALL.to_vec()
+    } else {
+        args.policies.split(',').map(|p| p.trim().parse().map_err(CliError::usage)).collect::<Result<_, _>>()?
+    };
+    std::fs::create_dir_all(&args.out_dir)
+        .map_err(|e| CliError::usage(format!("cannot create {}: {e}", args.out_dir.display())))?;
+    let exe = std::env::current_exe().map_err(|e| CliError::usage(format!("cannot find this program: {e}")))?;
+    let extra: Vec<&str> = args.train_args.split_whitespace().collect();
+    let mut out = Vec::new();
+    for (k, policy) in policies.iter().enumerate() {
+        let file = args.out_dir.join(format!("{policy}.json"));
+        let trace = args.out_dir.join(format!("{policy}.trace.json"));
+        eprintln!("compare: [{}/{}] {policy} on {} ranks ...", k + 1, policies.len(), args.ranks);
+        let status = std::process::Command::new(&args.mpirun)
+            .args(["-np", &args.ranks.to_string()])
+            .arg(&exe)
+            .arg("train")
+            .arg("--data")
+            .arg(data)
+            .args(["--policy", policy.name()])
+            .args(&extra)
+            .arg("--out")
+            .arg(&file)
+            .arg("--trace")
+            .arg(&trace)
+            .status()
+            .map_err(|e| CliError::usage(format!("cannot run {}: {e}; is MPI installed (scripts/setup.sh)?", args.mpirun)))?;
+        if !status.success() {
+            return Err(CliError { code: 3, message: format!("compare: {policy} failed ({status}); see its output above") });
+        }
+        out.extend(load_results(std::slice::from_ref(&file))?);
+    }
+    Ok(out)
 }
 
 /// Reports results keyed by policy: the summaries in table order with speed-ups over

@@ -13,6 +13,7 @@ use crate::collective::ReduceOp;
 use crate::comm;
 use crate::emu::Profile;
 use crate::exec::loader::{Loader, LoaderConfig};
+use crate::metrics::trace::{write_trace, RankMeta};
 use crate::metrics::{summarize, RankStep, Span, TrainResult};
 use crate::policy::Policy;
 
@@ -221,7 +222,9 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         summary,
     };
     if let Some(path) = &args.trace {
-        write_trace(path, &result.records, &spans).map_err(fail)?;
+        let meta: Vec<RankMeta> =
+            (0..ranks as u32).map(|r| RankMeta { rank: r, label: format!("{}", args.policy) }).collect();
+        write_trace(path, &spans, &meta).map_err(fail)?;
     }
     let text = serde_json::to_string_pretty(&result).map_err(fail)?;
     match &args.out {
@@ -241,20 +244,4 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         s.efficiency
     );
     Ok(0)
-}
-
-/// Chrome trace-event JSON: one process per rank, complete ("X") events in microseconds.
-fn write_trace(path: &std::path::Path, records: &[RankStep], spans: &[Span]) -> std::io::Result<()> {
-    let ranks: std::collections::BTreeSet<u32> = records.iter().map(|r| r.rank).collect();
-    let mut events: Vec<serde_json::Value> = ranks
-        .iter()
-        .map(|r| json!({"ph": "M", "name": "process_name", "pid": r, "tid": 0, "args": {"name": format!("rank {r}")}}))
-        .collect();
-    for s in spans {
-        events.push(json!({
-            "ph": "X", "name": s.name, "cat": s.cat, "pid": s.rank, "tid": s.thread,
-            "ts": s.start_s * 1e6, "dur": s.dur_s * 1e6,
-        }));
-    }
-    std::fs::write(path, serde_json::to_vec(&json!({"traceEvents": events, "displayTimeUnit": "ms"}))?)
 }
