@@ -30,7 +30,7 @@
 //! Not done here: hardware decoders, audio, codecs outside the protocol's set (they may decode,
 //! untested).
 
-mod clock;
+pub mod clock;
 pub mod cost;
 pub mod decoder;
 pub mod ffmpeg;
