@@ -1,24 +1,37 @@
 #!/usr/bin/env bash
-# DataHelix's main job, on an embedded default workload.
+# DataHelix's main job on an embedded default workload:
+#   1. generate the heavy-tailed `skewed` video dataset (cached under data/skewed),
+#   2. index it (container headers only, in parallel),
+#   3. run every input policy on it under `mpirun -np 4` — same global batches, same emulated
+#      accelerator, same per-rank CPU budget — and print the comparison table and the plots.
 #
-#   scripts/demo.sh
-#
-# Today: generates the heavy-tailed `skewed` dataset (cached under data/skewed), indexes it
-# (headers only, in parallel) and prints what the planner will see. The end-to-end emulated
-# training comparison replaces this once the executor lands (see README, "What does not work yet").
+#   scripts/demo.sh                      # defaults below
+#   RANKS=2 STEPS=10 scripts/demo.sh     # smaller
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 
 SPEC=${SPEC:-scripts/specs/skewed.json}
 DATA=${DATA:-data/$(basename "$SPEC" .json)}
+RANKS=${RANKS:-4}
+WORKERS=${WORKERS:-4}
+BATCH=${BATCH:-16}
+STEPS=${STEPS:-16}
+WARMUP=${WARMUP:-3}
+PROFILE=${PROFILE:-0.3,2e-4,5e-8,0.05}
+OUT=${OUT:-target/demo}
 
 echo "== building (release)" >&2
 cargo build --release --quiet --bin datahelix
 bin=target/release/datahelix
 
-echo "== generating $SPEC into $DATA (cached; first run takes a minute or two)" >&2
+echo "== generating $SPEC into $DATA (cached; the first run takes a few minutes)" >&2
 "$bin" gen --spec "$SPEC" --out "$DATA"
 
 echo "== indexing $DATA" >&2
 "$bin" index "$DATA"
+
+echo "== comparing policies: $RANKS ranks, W=$WORKERS decode workers in all, G=$BATCH, $STEPS steps ($WARMUP warm-up), profile $PROFILE" >&2
+"$bin" compare --data "$DATA" --ranks "$RANKS" --out-dir "$OUT" \
+  --train-args "--global-batch $BATCH --workers $WORKERS --steps $STEPS --warmup $WARMUP --profile $PROFILE"
+echo "results, traces (open in https://ui.perfetto.dev) and plots are in $OUT" >&2
