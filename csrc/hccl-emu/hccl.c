@@ -22,6 +22,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -161,8 +162,14 @@ static aclError barrier(struct comm *c, int64_t deadline, const char *what) {
         futex_wake(&h->bar_gen);
         return DH_ACL_SUCCESS;
     }
+    /* Spin, then yield the core for up to 200 us (peers are usually close behind), then sleep. */
     for (int i = 0; i < 256; i++)
         if (atomic_load(&h->bar_gen) != gen) return DH_ACL_SUCCESS;
+    int64_t spin_end = dhemu_now_ns() + 200000ll;
+    while (dhemu_now_ns() < spin_end) {
+        sched_yield();
+        if (atomic_load(&h->bar_gen) != gen) return DH_ACL_SUCCESS;
+    }
     int64_t next_check = dhemu_now_ns() + 100000000ll;
     for (;;) {
         futex_wait(&h->bar_gen, gen, 2000000);
