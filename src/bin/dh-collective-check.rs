@@ -7,13 +7,14 @@
 //! dh-collective-check kill --at K           the last rank kills itself (SIGKILL) at step K
 //! dh-collective-check skip --at K           rank 1 skips the all-reduce of step K
 //! ```
+//! `--backend hccl` (a build with the `hccl` feature) runs the same checks on the HCCL backend.
 //! The watchdog timeout comes from `DATAHELIX_COLLECTIVE_TIMEOUT`.
 
 use std::time::Duration;
 
 use datahelix::collective::reference::{self, AllToAllVArgs, Segment};
 use datahelix::collective::{check, cost::TransferModel, prefix_sums, Collective, ReduceOp};
-use datahelix::comm::{self, Config, World};
+use datahelix::comm::{self, Backend, Config, World};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -31,7 +32,21 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let mut world = match comm::init(config) {
+    let backend: Backend = match args.iter().position(|a| a == "--backend").map(|i| args.get(i + 1)) {
+        None => Backend::Mpi,
+        Some(v) => match v.map(|v| v.parse()) {
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
+                eprintln!("dh-collective-check: {e}");
+                std::process::exit(2);
+            }
+            None => {
+                eprintln!("dh-collective-check: --backend needs a value (mpi or hccl)");
+                std::process::exit(2);
+            }
+        },
+    };
+    let mut world = match comm::init_backend(config, backend) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("dh-collective-check: {e}");
@@ -43,7 +58,9 @@ fn main() {
         "kill" => kill(world.collective(), at),
         "skip" => skip(world.collective(), at),
         _ => {
-            eprintln!("usage: dh-collective-check semantics [--large] | kill --at K | skip --at K");
+            eprintln!(
+                "usage: dh-collective-check semantics [--large] | kill --at K | skip --at K [--backend mpi|hccl]"
+            );
             2
         }
     };

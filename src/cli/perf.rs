@@ -16,6 +16,9 @@
 //! `raw_busbw`, `raw_wrong` and `busbw_ratio` (layer / raw) to each row. Every row also carries
 //! the median time (`time_us_median`, and with `--raw` `raw_time_us_median`, `busbw_ratio_median`):
 //! on a shared machine a few descheduled iterations dominate the mean, not the median.
+//!
+//! `--backend hccl` (a build with the `hccl` feature) measures the HCCL backend; `--raw` then
+//! times straight MPI on its bootstrap communicator, so the ratio compares HCCL with MPI.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -26,7 +29,7 @@ use serde::Serialize;
 
 use super::{CliError, EXIT_FAILURES};
 use crate::collective::{check, Collective, ReduceOp};
-use crate::comm::{self, mpi::raw::OwnedComm, Config, World};
+use crate::comm::{self, mpi::raw::OwnedComm, Backend, Config};
 
 /// The collective to measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -85,6 +88,9 @@ pub struct PerfArgs {
     /// Write the JSON document to this file instead of stdout.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Collective backend: mpi or hccl.
+    #[arg(long, default_value = "mpi")]
+    pub backend: Backend,
     /// Watchdog timeout in seconds (default: DATAHELIX_COLLECTIVE_TIMEOUT, else 300).
     #[arg(long)]
     pub timeout: Option<f64>,
@@ -188,11 +194,11 @@ pub fn run(args: PerfArgs) -> Result<i32, CliError> {
         }
         config.timeout = Duration::from_secs_f64(t);
     }
-    let world =
-        comm::init(config).map_err(|e| CliError { code: EXIT_FAILURES + 2, message: e.to_string() })?;
-    let raw_comm: Option<&OwnedComm> = match (&world, args.raw) {
-        (World::Mpi(w), true) => Some(w.raw()),
-        (World::Local(_), true) => {
+    let world = comm::init_backend(config, args.backend)
+        .map_err(|e| CliError { code: EXIT_FAILURES + 2, message: e.to_string() })?;
+    let raw_comm: Option<&OwnedComm> = match (world.mpi_world(), args.raw) {
+        (Some(w), true) => Some(w.raw()),
+        (None, true) => {
             return Err(CliError::usage("--raw measures against MPI: launch under mpirun (even with -np 1)"))
         }
         _ => None,

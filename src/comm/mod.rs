@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `mpi` | works: host buffers, every collective under a watchdog |
 //! | `local` | works: world size 1, no launcher |
-//! | `hccl` | not yet (feature-gated, see `hccl-sys`) |
+//! | `hccl` | feature `hccl`: [`hccl::HcclCollective`], HCCL on ACL device buffers, MPI bootstrap (docs/hccl.md) |
 //!
 //! ```no_run
 //! use datahelix::collective::Collective;
@@ -19,6 +19,8 @@ use std::time::Duration;
 
 use crate::collective::{Collective, LocalWorld};
 
+#[cfg(feature = "hccl")]
+pub mod hccl;
 pub mod mpi;
 pub mod watchdog;
 
@@ -107,6 +109,9 @@ pub enum World {
     Local(LocalWorld),
     /// Started by `mpirun`.
     Mpi(mpi::MpiWorld),
+    /// HCCL on Ascend devices (or the emulator), bootstrapped with MPI.
+    #[cfg(feature = "hccl")]
+    Hccl(hccl::HcclCollective),
 }
 
 impl World {
@@ -115,7 +120,78 @@ impl World {
         match self {
             World::Local(w) => w,
             World::Mpi(w) => w,
+            #[cfg(feature = "hccl")]
+            World::Hccl(w) => w,
         }
+    }
+
+    /// The MPI world underneath, if any (the MPI backend, or the HCCL backend's bootstrap).
+    pub fn mpi_world(&self) -> Option<&mpi::MpiWorld> {
+        match self {
+            World::Local(_) => None,
+            World::Mpi(w) => Some(w),
+            #[cfg(feature = "hccl")]
+            World::Hccl(w) => w.mpi(),
+        }
+    }
+}
+
+/// The collective backends of `shared/CLI.md`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// Host buffers over MPI (default).
+    #[default]
+    Mpi,
+    /// HCCL on device buffers (feature `hccl`).
+    Hccl,
+}
+
+impl Backend {
+    /// The name on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Mpi => "mpi",
+            Backend::Hccl => "hccl",
+        }
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "mpi" => Ok(Backend::Mpi),
+            "hccl" => Ok(Backend::Hccl),
+            _ => Err(format!("unknown backend {s:?}: expected mpi or hccl")),
+        }
+    }
+}
+
+/// A backend could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InitError {
+    /// The MPI backend.
+    #[error(transparent)]
+    Mpi(#[from] mpi::InitError),
+    /// The HCCL backend.
+    #[cfg(feature = "hccl")]
+    #[error(transparent)]
+    Hccl(#[from] hccl::InitError),
+    /// This build does not contain the backend.
+    #[error("this build has no {0} backend: rebuild with `cargo build --features {0}`")]
+    NotBuilt(&'static str),
+}
+
+/// Opens the world of `backend`: for `mpi` as [`init`]; for `hccl` an HCCL world (one rank
+/// without a launcher).
+pub fn init_backend(config: Config, backend: Backend) -> Result<World, InitError> {
+    match backend {
+        Backend::Mpi => Ok(init(config)?),
+        #[cfg(feature = "hccl")]
+        Backend::Hccl => Ok(World::Hccl(hccl::HcclCollective::init(config)?)),
+        #[cfg(not(feature = "hccl"))]
+        Backend::Hccl => Err(InitError::NotBuilt("hccl")),
     }
 }
 
