@@ -186,6 +186,9 @@ struct Planned {
     slots: Vec<Slot>,
     /// Index into `slots` of each planner sample (the usable ones).
     usable: Vec<usize>,
+    /// Per usable sample: predicted tokens and tensor bytes (exact under the protocol's
+    /// preprocessing, which fixes the output shape from the header).
+    predicted: Vec<(u64, u64)>,
     plan: StepPlan,
 }
 
@@ -494,7 +497,8 @@ impl<'w> Loader<'w> {
             });
             self.outstanding.insert((t, usable[i as usize]), input.samples[i as usize].decode_s);
         }
-        self.plans.insert(t, Planned { slots, usable, plan });
+        let predicted = input.samples.iter().map(|x| (x.tokens, x.bytes)).collect();
+        self.plans.insert(t, Planned { slots, usable, predicted, plan });
         Ok(())
     }
 
@@ -567,19 +571,13 @@ impl<'w> Loader<'w> {
             let ships = p.plan.owner.iter().zip(&p.plan.decoder).any(|(o, d)| o != d);
             (mine, p.plan.owner.clone(), p.plan.decoder.clone(), p.slots.clone(), p.usable.clone(), ships)
         };
-        // 1. This rank's decodes of step s.
-        while mine.iter().any(|&k| !self.done.contains_key(&(s, k))) {
-            let Some(outcome) = self.pool.recv() else {
-                return Err(ExecError::Invalid(format!("rank {me}: the decode pool lost jobs of step {s}")));
-            };
-            self.absorb(outcome);
-        }
         // Owner of every slot: the plan's for usable ones; bad ones are reported by the rank the
         // strided split gives them.
         let mut owner_of = vec![u32::MAX; slots.len()];
         for (i, &k) in usable.iter().enumerate() {
             owner_of[k] = owners[i];
         }
+        let _ = decoders;
         let mut held: Vec<(usize, Sample)> = Vec::new();
         let mut skipped: Vec<u64> = Vec::new();
         for (k, slot) in slots.iter().enumerate() {
@@ -587,61 +585,34 @@ impl<'w> Loader<'w> {
                 skipped.push(slot.id);
             }
         }
+        // 1. Samples this rank decodes for others come first (their jobs run first too: earlier
+        //    deadlines), so that a slow local sample never holds the other ranks at the exchange.
+        let (shipped, kept): (Vec<usize>, Vec<usize>) =
+            mine.iter().partition(|&&k| owner_of[k] as usize != me);
+        self.wait_for(s, &shipped)?;
         let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); ranks];
-        for &k in &mine {
-            let outcome = self.done.remove(&(s, k)).expect("collected above");
+        for &k in &shipped {
             let owner = owner_of[k] as usize;
-            let text = slots[k].desc.map_or(0, |d| d.text_tokens);
-            match outcome.result {
-                Ok(Output::Sampled { tensor, decoded }) => {
-                    let sh = decoded.shape;
-                    let tokens = self.tokens(text, sh.frames, sh.height, sh.width);
-                    let shape = decoded.shape.dims();
-                    if owner == me {
-                        held.push((
-                            k,
-                            Sample { id: slots[k].id, shape, tokens, data: TensorData::Pooled(tensor) },
-                        ));
-                    } else {
-                        self.measure_zstd(&tensor);
-                        let piece = Piece {
-                            index: k as u32,
-                            id: slots[k].id,
-                            shape,
-                            tokens,
-                            ok: true,
-                            data: tensor.to_vec(),
-                        };
-                        let z = self.compress(piece.data.len());
-                        exchange::pack(&mut blocks[owner], &piece, z)
-                            .map_err(|e| ExecError::Invalid(e.to_string()))?;
+            let piece = match self.take(s, k, &slots)? {
+                Ok(smp) => {
+                    self.measure_zstd(&smp.data);
+                    Piece {
+                        index: k as u32,
+                        id: smp.id,
+                        shape: smp.shape,
+                        tokens: smp.tokens,
+                        ok: true,
+                        data: smp.data.to_vec(),
                     }
                 }
-                Ok(Output::AllFrames(_)) => {
-                    return Err(ExecError::Invalid("all-frames output in a training run".into()))
+                Err(id) => {
+                    Piece { index: k as u32, id, shape: [0; 4], tokens: 0, ok: false, data: Vec::new() }
                 }
-                Err(e) => {
-                    tracing::warn!(rank = me, step = s, "skipping {e}");
-                    if owner == me {
-                        skipped.push(slots[k].id);
-                    } else {
-                        let piece = Piece {
-                            index: k as u32,
-                            id: slots[k].id,
-                            shape: [0; 4],
-                            tokens: 0,
-                            ok: false,
-                            data: Vec::new(),
-                        };
-                        exchange::pack(&mut blocks[owner], &piece, false)
-                            .map_err(|e| ExecError::Invalid(e.to_string()))?;
-                    }
-                    self.record.push_skip(slots[k].id);
-                }
-            }
+            };
+            let z = piece.ok && self.compress(piece.data.len());
+            exchange::pack(&mut blocks[owner], &piece, z).map_err(|e| ExecError::Invalid(e.to_string()))?;
         }
-        let _ = decoders;
-        // 2. Tensors decoded for other ranks (every rank knows from the plan whether any move).
+        // 2. The exchange (every rank knows from the plan whether any tensor moves).
         let mut bytes_in = 0u64;
         if ships {
             let t0 = self.now();
@@ -656,6 +627,14 @@ impl<'w> Loader<'w> {
             }
             let t1 = self.now();
             self.span(0, "transfer", format!("placement step {s}"), t0, t1);
+        }
+        // The samples this rank decodes for itself.
+        self.wait_for(s, &kept)?;
+        for &k in &kept {
+            match self.take(s, k, &slots)? {
+                Ok(smp) => held.push((k, smp)),
+                Err(id) => skipped.push(id),
+            }
         }
         // 3. After decoding.
         let after = self.cfg.policy.after_decode();
@@ -673,6 +652,41 @@ impl<'w> Loader<'w> {
             decode_cpu_s: self.cpu_by_step.remove(&s).unwrap_or(0.0),
             bytes_in,
         })
+    }
+
+    /// Blocks until the decodes of these slots of step `s` are done.
+    fn wait_for(&mut self, s: u64, slots: &[usize]) -> Result<(), ExecError> {
+        while slots.iter().any(|&k| !self.done.contains_key(&(s, k))) {
+            let Some(outcome) = self.pool.recv() else {
+                let me = self.world.rank();
+                return Err(ExecError::Invalid(format!("rank {me}: the decode pool lost jobs of step {s}")));
+            };
+            self.absorb(outcome);
+        }
+        Ok(())
+    }
+
+    /// The decoded sample of slot `k` of step `s`, or its id when decoding failed (logged and
+    /// reported in the next step record).
+    fn take(&mut self, s: u64, k: usize, slots: &[Slot]) -> Result<Result<Sample, u64>, ExecError> {
+        let outcome = self
+            .done
+            .remove(&(s, k))
+            .ok_or_else(|| ExecError::Invalid(format!("slot {k} of step {s} was not decoded")))?;
+        let text = slots[k].desc.map_or(0, |d| d.text_tokens);
+        match outcome.result {
+            Ok(Output::Sampled { tensor, decoded }) => {
+                let sh = decoded.shape;
+                let tokens = self.tokens(text, sh.frames, sh.height, sh.width);
+                Ok(Ok(Sample { id: slots[k].id, shape: sh.dims(), tokens, data: TensorData::Pooled(tensor) }))
+            }
+            Ok(Output::AllFrames(_)) => Err(ExecError::Invalid("all-frames output in a training run".into())),
+            Err(e) => {
+                tracing::warn!(rank = self.world.rank(), step = s, "skipping {e}");
+                self.record.push_skip(slots[k].id);
+                Ok(Err(slots[k].id))
+            }
+        }
     }
 
     fn receive(&mut self, pieces: &[Piece], held: &mut Vec<(usize, Sample)>, skipped: &mut Vec<u64>) {
@@ -713,17 +727,9 @@ impl<'w> Loader<'w> {
         self.done.insert((t, slot), outcome);
     }
 
-    /// Post-decode balancing: every rank shares (index, tokens, bytes) of what it holds, all
-    /// compute the same moves, and one all-to-all-v carries them. Returns bytes received.
-    fn rebalance(
-        &mut self,
-        s: u64,
-        after: AfterDecode,
-        held: &mut Vec<(usize, Sample)>,
-        skipped: &mut Vec<u64>,
-    ) -> Result<u64, ExecError> {
-        let me = self.world.rank();
-        let ranks = self.world.size();
+    /// Every rank's (batch index, tokens, bytes) of the samples it holds, in batch order (an
+    /// all-gather: post-decode balancing needs the decoded sizes).
+    fn gather_decoded(&self, held: &[(usize, Sample)]) -> Result<Vec<Decoded>, ExecError> {
         let mine: Vec<u8> = held
             .iter()
             .flat_map(|(k, smp)| {
@@ -736,18 +742,42 @@ impl<'w> Loader<'w> {
             .collect();
         let all = self.world.all_gather_v_vec(&mine)?;
         let mut decoded: Vec<Decoded> = Vec::new();
-        let mut index_of: Vec<usize> = Vec::new();
         for (r, block) in all.iter().enumerate() {
             for c in block.chunks_exact(24) {
                 let v = |at: usize| u64::from_le_bytes(c[at..at + 8].try_into().unwrap_or([0; 8]));
-                index_of.push(v(0) as usize);
                 decoded.push(Decoded { id: v(0), owner: r as u32, tokens: v(8), bytes: v(16) });
             }
         }
-        // Same order on every rank: by batch index.
-        let mut order: Vec<usize> = (0..decoded.len()).collect();
-        order.sort_by_key(|&i| index_of[i]);
-        let decoded: Vec<Decoded> = order.iter().map(|&i| decoded[i]).collect();
+        decoded.sort_by_key(|d| d.id);
+        Ok(decoded)
+    }
+
+    /// After-decode balancing: post-balance's token LPT on the gathered decoded sizes, or
+    /// DataHelix's cost-gated rebalance on the plan's predictions. Every rank computes the same
+    /// moves; one all-to-all-v carries them when there are any. Returns bytes received.
+    /// (`Decoded::id` holds the sample's batch index here.)
+    fn rebalance(
+        &mut self,
+        s: u64,
+        after: AfterDecode,
+        held: &mut Vec<(usize, Sample)>,
+        skipped: &mut Vec<u64>,
+    ) -> Result<u64, ExecError> {
+        let me = self.world.rank();
+        let ranks = self.world.size();
+        let decoded: Vec<Decoded> = if after == AfterDecode::Gated {
+            // DataHelix decides from the plan's predictions, identical on every rank, without a
+            // collective: under the protocol they are the decoded sizes (failed samples aside).
+            let p = &self.plans[&s];
+            p.usable
+                .iter()
+                .zip(&p.predicted)
+                .zip(&p.plan.owner)
+                .map(|((&k, &(tokens, bytes)), &owner)| Decoded { id: k as u64, owner, tokens, bytes })
+                .collect()
+        } else {
+            self.gather_decoded(held)?
+        };
         let moves: Vec<(usize, u32)> = match after {
             AfterDecode::TokenBalance => token_balance(&decoded, ranks),
             AfterDecode::Gated => {
