@@ -144,6 +144,19 @@ fn header_compiles_as_c99_and_cpp() {
     }
 }
 
+/// The MindSpore AOT op needs only the header (the PyTorch one needs torch: not compiled here).
+#[test]
+fn mindspore_op_source_compiles_against_the_header() {
+    let repo = common::repo();
+    let o = common::run(
+        Command::new("c++")
+            .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-I"])
+            .arg(repo.join("csrc/include"))
+            .arg(repo.join("csrc/examples/mindspore/datahelix_aot.cc")),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 #[test]
 fn c_program_trains_emulated_steps_under_mpirun() {
     let data = common::tiny_dataset();

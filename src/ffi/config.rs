@@ -118,20 +118,21 @@ impl dh_config {
         let table: toml::Table =
             text.parse().map_err(|e| Error::new(dh_result::DH_PARSE, format!("{origin}: {e}")))?;
         for (key, value) in &table {
-            let text =
-                match value {
-                    toml::Value::String(s) => s.clone(),
-                    toml::Value::Integer(i) => i.to_string(),
-                    toml::Value::Float(f) => f.to_string(),
-                    toml::Value::Boolean(b) => b.to_string(),
-                    other => return Err(Error::new(
+            let text = match value {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                other => {
+                    return Err(Error::new(
                         dh_result::DH_PARSE,
                         format!(
                             "{origin}: key {key:?}: a {} is not a setting; use a string, number or boolean",
                             other.type_str()
                         ),
-                    )),
-                };
+                    ))
+                }
+            };
             self.set(key, &text).map_err(|e| Error::new(e.code, format!("{origin}: {}", e.message)))?;
         }
         Ok(())

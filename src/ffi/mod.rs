@@ -11,6 +11,9 @@
 //! Objects: [`dh_config`] (how to load), [`dh_loader`] (one rank's loader, owning its world),
 //! [`dh_batch`] (one step's samples, with zero-copy [`dh_tensor`] views). See `docs/c-abi.md`.
 #![allow(non_camel_case_types)]
+// The exported functions are called from C, where `unsafe` means nothing: their pointer contracts
+// are documented in the header, and each dereference is an `unsafe` block with its SAFETY note.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr};

@@ -163,6 +163,13 @@ class Batch:
         self._loader.report_step(accel_seconds)
         self.reported = True
 
+    def detach(self):
+        """Hands the batch's ``dh_batch*`` (an int) to the caller, e.g. the PyTorch extension of
+        ``csrc/examples/pytorch``, which then releases it; this object forgets it."""
+        handle, self._handle = self._handle.value, ctypes.c_void_p()
+        self.tensors = []
+        return handle
+
     def release(self):
         """Gives the tensors' memory back (the arrays must not be used afterwards)."""
         self.tensors = []
