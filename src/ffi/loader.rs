@@ -2,7 +2,7 @@
 //!
 //! Ownership: [`crate::exec::loader::Loader`] borrows its world. The handle owns both: the world
 //! is boxed and leaked with `Box::into_raw`, the loader borrows it as `'static`, and
-//! [`Open`]'s `Drop` drops the loader first and only then reclaims the world. The world never
+//! `Open`'s `Drop` drops the loader first and only then reclaims the world. The world never
 //! moves (it is on the heap) and the `'static` borrow never escapes `Open`, so the borrow is
 //! valid for the loader's whole life. This keeps `src/exec` untouched (no owned-world variant).
 

@@ -2,14 +2,15 @@
 //!
 //! Modelled on rustls-ffi: opaque handles, functions named `dh_<object>_<verb>`, outputs last and
 //! written only on success, `dh_*_free(NULL)` a no-op, a `#[repr(u32)]` result enum with stable
-//! numbers, and every exported body inside [`ffi_boundary!`] so that no panic crosses into C.
+//! numbers, and every exported body inside `ffi_boundary!` so that no panic crosses into C.
 //! The header is generated from these sources by a pinned cbindgen and committed; the test
 //! `tests/c_abi_header.rs` fails when the two disagree (`DH_BLESS=1` rewrites the header).
 //!
 //! All of the crate's C-facing `unsafe` lives in this module, each block with its `SAFETY:`.
 //!
-//! Objects: [`dh_config`] (how to load), [`dh_loader`] (one rank's loader, owning its world),
-//! [`dh_batch`] (one step's samples, with zero-copy [`dh_tensor`] views). See `docs/c-abi.md`.
+//! Objects: [`config::dh_config`] (how to load), [`loader::dh_loader`] (one rank's loader,
+//! owning its world), [`loader::dh_batch`] (one step's samples, with zero-copy
+//! [`loader::dh_tensor`] views). See `docs/c-abi.md`.
 #![allow(non_camel_case_types)]
 // The exported functions are called from C, where `unsafe` means nothing: their pointer contracts
 // are documented in the header, and each dereference is an `unsafe` block with its SAFETY note.
