@@ -49,6 +49,7 @@ pub mod decode;
 pub mod descriptor;
 pub mod emu;
 pub mod exec;
+pub mod ffi;
 pub mod gen;
 pub mod index;
 pub mod manifest;

@@ -1,0 +1,52 @@
+"""A short emulated training loop over DataHelix from Python (ctypes + numpy).
+
+    mpirun -np 2 python3 csrc/examples/python/train.py --data DATASET --steps 4
+
+Prints per rank and step ``ids STEP RANK id,... skipped id,...``, the metrics, and ``ok RANK``.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from datahelix import Loader  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--global-batch", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    settings = dict(data=args.data, steps=args.steps, global_batch=args.global_batch, seed=args.seed,
+                    workers=2, cpu_budget=False, max_frames=4)
+    with Loader(**settings) as loader:
+        for batch in loader:
+            t0 = time.perf_counter()
+            pixels = 0.0
+            for frames in batch.tensors:
+                assert frames.dtype == np.uint8 and frames.ndim == 4 and frames.shape[3] == 3
+                assert not frames.flags.owndata  # a view of the batch's memory
+                pixels += float(frames.mean())
+            # The emulated accelerator step, then the gradient all-reduce.
+            accel_s = 0.002 + 1e-8 * sum(batch.tokens)
+            time.sleep(accel_s)
+            grad = loader.all_reduce_sum(np.array([accel_s, len(batch.ids) + len(batch.skipped)], dtype=np.float64))
+            assert int(round(grad[1])) == args.global_batch, grad
+            batch.report(time.perf_counter() - t0)
+            print(f"ids {batch.step} {loader.rank} {','.join(map(str, batch.ids))} skipped "
+                  f"{','.join(map(str, batch.skipped))}", flush=True)
+        m = loader.metrics()
+        assert m["steps"] == args.steps, m
+        print(f"metrics {loader.rank} {m}", flush=True)
+        rank = loader.rank
+    print(f"ok {rank}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

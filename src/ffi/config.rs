@@ -1,0 +1,246 @@
+//! `dh_config`: how to load, from key/value pairs or a TOML file.
+
+use std::ffi::c_char;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{dh_result, ffi_boundary, str_arg, Error};
+use crate::comm;
+use crate::exec::loader::LoaderConfig;
+
+/// How to load: an opaque, owned configuration. Create it with `dh_config_new` or
+/// `dh_config_from_file`, change it with `dh_config_set`, free it with `dh_config_free`.
+/// `dh_loader_new` copies what it needs, so the configuration may be freed (or reused) right
+/// after. Not thread-safe: use one configuration from one thread at a time.
+pub struct dh_config {
+    pub(crate) loader: LoaderConfig,
+    pub(crate) comm: comm::Config,
+    pub(crate) warmup: u64,
+}
+
+/// The keys of `dh_config_set` and of configuration files.
+pub(crate) const KEYS: &[&str] = &[
+    "data",
+    "policy",
+    "global_batch",
+    "workers",
+    "seed",
+    "steps",
+    "warmup",
+    "lookahead",
+    "budget_mib",
+    "cpu_budget",
+    "cores",
+    "job",
+    "check_plan",
+    "max_frames",
+    "max_pixels",
+    "collective_timeout_s",
+];
+
+fn invalid(key: &str, value: &str, what: &str) -> Error {
+    Error::new(dh_result::DH_INVALID_PARAMETER, format!("configuration key {key:?}: value {value:?}: {what}"))
+}
+
+fn num<T: std::str::FromStr>(key: &str, value: &str, what: &str) -> Result<T, Error> {
+    value.trim().parse().map_err(|_| invalid(key, value, what))
+}
+
+fn boolean(key: &str, value: &str) -> Result<bool, Error> {
+    match value.trim() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(invalid(key, value, "expected true or false")),
+    }
+}
+
+impl dh_config {
+    /// Defaults: no dataset yet, policy helix, G = 16, W = 4, 2 steps ahead, no step limit,
+    /// collective watchdog from `DATAHELIX_COLLECTIVE_TIMEOUT` (else 300 s).
+    pub(crate) fn defaults() -> Result<dh_config, Error> {
+        let comm = comm::Config::from_env()
+            .map_err(|e| Error::new(dh_result::DH_INVALID_PARAMETER, e.to_string()))?;
+        Ok(dh_config { loader: LoaderConfig::new(PathBuf::new()), comm, warmup: 0 })
+    }
+
+    /// Sets one key from its text form.
+    pub(crate) fn set(&mut self, key: &str, value: &str) -> Result<(), Error> {
+        let l = &mut self.loader;
+        match key {
+            "data" => {
+                if value.is_empty() {
+                    return Err(invalid(key, value, "expected the dataset folder"));
+                }
+                l.data = PathBuf::from(value);
+            }
+            "policy" => l.policy = value.trim().parse().map_err(|e: String| invalid(key, value, &e))?,
+            "global_batch" => l.global_batch = num(key, value, "expected a positive integer")?,
+            "workers" => l.workers = num(key, value, "expected a positive integer")?,
+            "seed" => l.seed = num(key, value, "expected an unsigned integer")?,
+            "steps" => l.steps = num(key, value, "expected an unsigned integer")?,
+            "warmup" => self.warmup = num(key, value, "expected an unsigned integer")?,
+            "lookahead" => l.lookahead = num(key, value, "expected a positive integer")?,
+            "budget_mib" => {
+                let mib: usize = num(key, value, "expected MiB, an unsigned integer")?;
+                l.budget_bytes = mib.checked_mul(1 << 20).ok_or_else(|| invalid(key, value, "too large"))?;
+            }
+            "cpu_budget" => l.cpu_budget = boolean(key, value)?,
+            "cores" => {
+                let c: f64 = num(key, value, "expected a number of cores")?;
+                if !(c.is_finite() && c >= 0.0) {
+                    return Err(invalid(key, value, "expected a non-negative number (0: all cores)"));
+                }
+                l.cores = c;
+            }
+            "job" => l.job = value.to_string(),
+            "check_plan" => l.check_plan = boolean(key, value)?,
+            "max_frames" => l.params.max_frames = num(key, value, "expected a positive integer")?,
+            "max_pixels" => l.params.max_pixels = num(key, value, "expected a positive integer")?,
+            "collective_timeout_s" => {
+                let s: f64 = num(key, value, "expected seconds")?;
+                if !(s.is_finite() && s > 0.0) {
+                    return Err(invalid(key, value, "expected a positive number of seconds"));
+                }
+                self.comm.timeout = Duration::from_secs_f64(s);
+            }
+            _ => {
+                return Err(Error::new(
+                    dh_result::DH_UNKNOWN_KEY,
+                    format!("unknown configuration key {key:?}; known keys: {}", KEYS.join(", ")),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets every key of a TOML document (top-level `key = value` pairs only).
+    pub(crate) fn set_toml(&mut self, text: &str, origin: &str) -> Result<(), Error> {
+        let table: toml::Table =
+            text.parse().map_err(|e| Error::new(dh_result::DH_PARSE, format!("{origin}: {e}")))?;
+        for (key, value) in &table {
+            let text = match value {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                other => {
+                    return Err(Error::new(
+                        dh_result::DH_PARSE,
+                        format!(
+                            "{origin}: key {key:?}: a {} is not a setting; use a string, number or boolean",
+                            other.type_str()
+                        ),
+                    ))
+                }
+            };
+            self.set(key, &text).map_err(|e| Error::new(e.code, format!("{origin}: {}", e.message)))?;
+        }
+        Ok(())
+    }
+}
+
+/// Creates a configuration with the defaults (no dataset: set `"data"` before `dh_loader_new`).
+/// On success writes a new configuration to `*config_out`, owned by the caller (free it with
+/// `dh_config_free`). Fails with `DH_NULL_PARAMETER` when `config_out` is NULL and with
+/// `DH_INVALID_PARAMETER` when `DATAHELIX_COLLECTIVE_TIMEOUT` or `DATAHELIX_MPI_MAX_MESSAGE` in
+/// the environment is malformed. Thread-safe.
+#[no_mangle]
+pub extern "C" fn dh_config_new(config_out: *mut *mut dh_config) -> dh_result {
+    ffi_boundary!({
+        if config_out.is_null() {
+            return Err(Error::null("config_out"));
+        }
+        let cfg = Box::new(dh_config::defaults()?);
+        // SAFETY: config_out is not NULL and, by the header's contract, points to writable
+        // storage for one pointer.
+        unsafe { *config_out = Box::into_raw(cfg) };
+        Ok(())
+    })
+}
+
+/// Reads a configuration from a TOML file of top-level `key = value` pairs (the keys of
+/// `dh_config_set`; values may be strings, integers, floats or booleans), over the defaults.
+/// On success writes a new configuration to `*config_out`, owned by the caller. Fails with
+/// `DH_NULL_PARAMETER` (a NULL argument), `DH_INVALID_PARAMETER` (path not UTF-8, or a bad
+/// value), `DH_IO` (unreadable file), `DH_PARSE` (not TOML, or a table/array value) or
+/// `DH_UNKNOWN_KEY` (the message names the key); nothing is written then. Thread-safe.
+#[no_mangle]
+pub extern "C" fn dh_config_from_file(path: *const c_char, config_out: *mut *mut dh_config) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: by the header's contract path is NULL or a NUL-terminated string.
+        let path = unsafe { str_arg(path, "path") }?;
+        if config_out.is_null() {
+            return Err(Error::null("config_out"));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::new(dh_result::DH_IO, format!("cannot read configuration {path}: {e}")))?;
+        let mut cfg = dh_config::defaults()?;
+        cfg.set_toml(&text, path)?;
+        // SAFETY: config_out is not NULL and points to writable storage for one pointer.
+        unsafe { *config_out = Box::into_raw(Box::new(cfg)) };
+        Ok(())
+    })
+}
+
+/// Sets one key from its text form. Keys: `data` (dataset folder, indexed with `datahelix
+/// index`), `policy` (`helix`, `rank-local`, `actor-pool`, `post-balance`, `helix-batching`,
+/// `helix-placement`), `global_batch`, `workers` (decode workers across all ranks), `seed`,
+/// `steps` (steps the run takes; `dh_loader_next` returns `DH_END` after them; default: no
+/// limit), `warmup` (first steps left out of `dh_loader_metrics`), `lookahead`, `budget_mib`,
+/// `cpu_budget` (`true`/`false`: confine decode workers to a cgroup), `cores`, `job`,
+/// `check_plan` (`true`/`false`), `max_frames`, `max_pixels`, `collective_timeout_s` (the
+/// collectives' watchdog, see `dh_loader_next`). Fails with `DH_NULL_PARAMETER`,
+/// `DH_UNKNOWN_KEY` (the message names the key and lists the known ones) or
+/// `DH_INVALID_PARAMETER` (the message names the key and the expected value); the configuration
+/// is unchanged then. Not thread-safe for one configuration.
+#[no_mangle]
+pub extern "C" fn dh_config_set(
+    config: *mut dh_config,
+    key: *const c_char,
+    value: *const c_char,
+) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: config is NULL or a live configuration from dh_config_new/_from_file that no
+        // other thread uses now (header contract).
+        let config = unsafe { config.as_mut() }.ok_or_else(|| Error::null("config"))?;
+        // SAFETY: key and value are NULL or NUL-terminated strings (header contract).
+        let (key, value) = unsafe { (str_arg(key, "key")?, str_arg(value, "value")?) };
+        config.set(key, value)
+    })
+}
+
+/// Frees a configuration. NULL is a no-op. Freeing twice, or using the configuration afterwards,
+/// is undefined behaviour (as with `free`).
+#[no_mangle]
+pub extern "C" fn dh_config_free(config: *mut dh_config) {
+    ffi_boundary!(() => {
+        if !config.is_null() {
+            // SAFETY: config came from Box::into_raw in dh_config_new/_from_file and, by the
+            // header's contract, is freed once.
+            drop(unsafe { Box::from_raw(config) });
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_toml() {
+        let mut c = dh_config::defaults().unwrap();
+        c.set("global_batch", "8").unwrap();
+        assert_eq!(c.loader.global_batch, 8);
+        let e = c.set("nope", "1").unwrap_err();
+        assert_eq!(e.code, dh_result::DH_UNKNOWN_KEY);
+        assert!(e.message.contains("\"nope\""));
+        let e = c.set("workers", "many").unwrap_err();
+        assert_eq!(e.code, dh_result::DH_INVALID_PARAMETER);
+        c.set_toml("data = \"/d\"\nsteps = 5\ncpu_budget = false\ncores = 2.5\npolicy = \"rank-local\"", "t")
+            .unwrap();
+        assert_eq!((c.loader.steps, c.loader.cores), (5, 2.5));
+        assert_eq!(c.set_toml("x = [1]", "t").unwrap_err().code, dh_result::DH_PARSE);
+        assert_eq!(c.set_toml("bogus = 1", "t").unwrap_err().code, dh_result::DH_UNKNOWN_KEY);
+        assert_eq!(c.set_toml("= =", "t").unwrap_err().code, dh_result::DH_PARSE);
+    }
+}

@@ -1,0 +1,771 @@
+//! `dh_loader` (one rank's loader, owning its world) and `dh_batch` (one step's samples).
+//!
+//! Ownership: [`crate::exec::loader::Loader`] borrows its world. The handle owns both: the world
+//! is boxed and leaked with `Box::into_raw`, the loader borrows it as `'static`, and
+//! `Open`'s `Drop` drops the loader first and only then reclaims the world. The world never
+//! moves (it is on the heap) and the `'static` borrow never escapes `Open`, so the borrow is
+//! valid for the loader's whole life. This keeps `src/exec` untouched (no owned-world variant).
+
+use std::ffi::c_void;
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use super::config::dh_config;
+use super::{dh_result, ffi_boundary, Error};
+use crate::collective::{Collective, ReduceOp};
+use crate::comm::{self, World};
+use crate::exec::loader::{Batch, Counters, ExecError, Loader, Sample, TensorData};
+use crate::metrics::{summarize, RankStep};
+
+/// `dh_tensor.dtype`: unsigned 8-bit integers (packed RGB24 frames).
+pub const DH_DTYPE_U8: u8 = 0;
+/// `dh_tensor.device`: host memory.
+pub const DH_DEVICE_HOST: u8 = 0;
+
+/// A view of one sample's decoded tensor: `shape[0..ndim]` = `[frames, height, width, 3]`,
+/// `dtype` `DH_DTYPE_U8`, C-contiguous, `nbytes` bytes at `data` on `device` (`DH_DEVICE_HOST`).
+/// The memory belongs to the batch: it is valid, and must not be written, until the batch is
+/// released with `dh_batch_release`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct dh_tensor {
+    /// First byte (read-only). Not NULL when `nbytes > 0`.
+    pub data: *const u8,
+    /// Extent of each dimension; entries past `ndim` are 0.
+    pub shape: [u64; 4],
+    /// Dimensions used in `shape` (4).
+    pub ndim: u32,
+    /// Element type (`DH_DTYPE_U8`).
+    pub dtype: u8,
+    /// Where `data` lives (`DH_DEVICE_HOST`).
+    pub device: u8,
+    /// Zero; reserved.
+    pub reserved: u16,
+    /// Bytes at `data` (the product of the shape times the element size).
+    pub nbytes: u64,
+}
+
+/// What the loader measured on this rank, over the delivered steps from `warmup` on.
+/// A step's wait is the time `dh_loader_next` blocked; a step is a miss when it waited more
+/// than 1 ms (`miss_rate`) or 10 ms (`miss_rate_10ms`); a step ends when it is reported with
+/// `dh_loader_report_step` (or, if never reported, when the next one is asked for).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct dh_metrics {
+    /// Steps measured.
+    pub steps: u64,
+    /// Samples delivered on this rank in those steps.
+    pub samples: u64,
+    /// Samples of this rank skipped (undecodable) in those steps.
+    pub skipped: u64,
+    /// Samples per second on this rank (delivered / wall).
+    pub throughput: f64,
+    /// Fraction of steps that waited more than 1 ms.
+    pub miss_rate: f64,
+    /// Fraction of steps that waited more than 10 ms.
+    pub miss_rate_10ms: f64,
+    /// Median wait, seconds.
+    pub p50_wait_s: f64,
+    /// 95th-percentile wait, seconds.
+    pub p95_wait_s: f64,
+    /// Longest wait, seconds.
+    pub max_wait_s: f64,
+    /// Sum of the waits, seconds.
+    pub total_wait_s: f64,
+    /// Sum of the reported accelerator seconds.
+    pub accel_s: f64,
+    /// From the first measured step's request to the last one's end, seconds.
+    pub wall_s: f64,
+    /// Bytes of tensors received from other ranks in those steps.
+    pub bytes_in: u64,
+    /// After-decode rebalances run (whole run).
+    pub rebalances_run: u64,
+    /// After-decode rebalances skipped by the cost gate (whole run).
+    pub rebalances_skipped: u64,
+}
+
+/// One step's batch on this rank: an opaque handle owned by the caller from `dh_loader_next`
+/// until `dh_batch_release`. Its ids and tensor views stay valid until then, even past
+/// `dh_loader_close`/`dh_loader_free` of its loader. Read-only functions on one batch may be
+/// called from any thread, but not concurrently with its release.
+pub struct dh_batch {
+    batch: Batch,
+    ids: Vec<u64>,
+    tensors: Vec<dh_tensor>,
+}
+
+/// The loader and the world it borrows; dropped in that order.
+struct Open {
+    loader: ManuallyDrop<Loader<'static>>,
+    world: NonNull<World>,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        // SAFETY: the loader is dropped exactly once, here, and not used afterwards.
+        unsafe { ManuallyDrop::drop(&mut self.loader) };
+        // SAFETY: world came from Box::into_raw in dh_loader_new and is reclaimed once, here,
+        // after the only borrower (the loader) is gone.
+        drop(unsafe { Box::from_raw(self.world.as_ptr()) });
+    }
+}
+
+enum State {
+    Open(Box<Open>),
+    Failed(String),
+    Closed,
+}
+
+/// One rank's loader: an opaque handle owned by the caller from `dh_loader_new` until
+/// `dh_loader_free`. It owns this rank's decode workers and its MPI communicators. **Not
+/// thread-safe**: call every function on a loader from the thread that created it (MPI is used
+/// at `MPI_THREAD_FUNNELED`), never concurrently.
+pub struct dh_loader {
+    state: State,
+    rank: usize,
+    size: usize,
+    mpi: bool,
+    watchdog_s: f64,
+    steps: u64,
+    warmup: u64,
+    cores: f64,
+    delivered: u64,
+    t0: Instant,
+    history: Vec<RankStep>,
+    /// The last delivered step, not reported yet: (ids, tokens).
+    unreported: Option<Vec<(u64, u64)>>,
+    counters: Counters,
+}
+
+/// MPI initialised by this library (finalised at process exit).
+static UNIVERSE: Mutex<Option<::mpi::environment::Universe>> = Mutex::new(None);
+
+extern "C" fn finalize_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let u = UNIVERSE.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(u);
+    });
+}
+
+/// Initialises MPI when a launcher started the process and the caller has not.
+fn ensure_mpi() -> Result<(), Error> {
+    if !comm::launched_by_mpi() {
+        return Ok(());
+    }
+    if ::mpi::environment::is_initialized() {
+        if ::mpi::environment::is_finalized() {
+            return Err(Error::new(dh_result::DH_MPI_INIT, "MPI was already finalised"));
+        }
+        return Ok(());
+    }
+    let (u, _) = ::mpi::environment::initialize_with_threading(::mpi::environment::Threading::Funneled)
+        .ok_or_else(|| Error::new(dh_result::DH_MPI_INIT, "MPI_Init_thread failed"))?;
+    *UNIVERSE.lock().unwrap_or_else(|e| e.into_inner()) = Some(u);
+    // SAFETY: atexit takes a function pointer with C linkage and no arguments; the handler
+    // cannot unwind (it catches panics).
+    if unsafe { libc::atexit(finalize_at_exit) } != 0 {
+        return Err(Error::new(dh_result::DH_MPI_INIT, "cannot register MPI finalisation at exit"));
+    }
+    Ok(())
+}
+
+fn exec_error(e: ExecError) -> Error {
+    let code = match &e {
+        ExecError::Index(_) => dh_result::DH_INDEX,
+        ExecError::Collective(_) => dh_result::DH_COLLECTIVE,
+        _ => dh_result::DH_LOADER,
+    };
+    Error::new(code, e.to_string())
+}
+
+fn open_loader(config: &dh_config) -> Result<dh_loader, Error> {
+    let cfg = config.loader.clone();
+    if cfg.data.as_os_str().is_empty() {
+        return Err(Error::new(
+            dh_result::DH_INVALID_PARAMETER,
+            "the configuration has no \"data\" (the dataset folder)",
+        ));
+    }
+    // Checked before MPI is touched, so that a missing dataset leaves MPI as it was.
+    crate::index::Index::open(&cfg.data)
+        .map_err(|e| Error::new(dh_result::DH_INDEX, format!("{}: {e}", cfg.data.display())))?;
+    ensure_mpi()?;
+    let world = comm::init(config.comm.clone())
+        .map_err(|e| Error::new(dh_result::DH_MPI_INIT, format!("cannot start MPI: {e}")))?;
+    let mpi = matches!(world, World::Mpi(_));
+    let world = NonNull::from(Box::leak(Box::new(world)));
+    // SAFETY: world points to a live, leaked World that is reclaimed only in Open::drop after
+    // the loader built here is dropped; nothing else frees or moves it meanwhile.
+    let c: &'static dyn Collective = unsafe { world.as_ref() }.collective();
+    let (rank, size) = (c.rank(), c.size());
+    let cores = cfg.cores;
+    let steps = cfg.steps;
+    let loader = match Loader::new(c, cfg) {
+        Ok(l) => l,
+        Err(e) => {
+            // SAFETY: the world was leaked above and its only borrower (c) is not used again.
+            drop(unsafe { Box::from_raw(world.as_ptr()) });
+            return Err(exec_error(e));
+        }
+    };
+    Ok(dh_loader {
+        state: State::Open(Box::new(Open { loader: ManuallyDrop::new(loader), world })),
+        rank,
+        size,
+        mpi,
+        watchdog_s: config.comm.timeout.as_secs_f64(),
+        steps,
+        warmup: config.warmup,
+        cores: if cores > 0.0 {
+            cores
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
+        },
+        delivered: 0,
+        t0: Instant::now(),
+        history: Vec::new(),
+        unreported: None,
+        counters: Counters::default(),
+    })
+}
+
+impl dh_loader {
+    fn open(&mut self) -> Result<&mut Loader<'static>, Error> {
+        match &mut self.state {
+            State::Open(o) => Ok(&mut o.loader),
+            State::Failed(why) => Err(Error::new(
+                dh_result::DH_CLOSED,
+                format!("the loader failed earlier ({why}); it can only be freed"),
+            )),
+            State::Closed => Err(Error::new(dh_result::DH_CLOSED, "the loader is closed")),
+        }
+    }
+
+    fn now(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    fn next(&mut self, timeout_ms: u32) -> Result<dh_batch, Error> {
+        self.open()?;
+        if self.delivered >= self.steps {
+            return Err(Error::new(
+                dh_result::DH_END,
+                format!("all {} configured steps were delivered", self.steps),
+            ));
+        }
+        if timeout_ms != 0 && self.mpi && (timeout_ms as f64) < self.watchdog_s * 1e3 {
+            return Err(Error::new(
+                dh_result::DH_UNSUPPORTED,
+                format!(
+                    "a timeout of {timeout_ms} ms, shorter than the collectives' watchdog ({:.0} ms), is not supported: \
+                     a step cannot be left while other ranks are in it; pass 0 or set collective_timeout_s",
+                    self.watchdog_s * 1e3
+                ),
+            ));
+        }
+        let start_s = self.now();
+        if let (Some(_), Some(last)) = (self.unreported.take(), self.history.last_mut()) {
+            last.end_s = start_s;
+        }
+        let result = self.open()?.next_batch();
+        let batch = match result {
+            Ok(b) => b,
+            Err(e) => {
+                let e = exec_error(e);
+                self.state = State::Failed(e.message.clone());
+                return Err(e);
+            }
+        };
+        self.delivered += 1;
+        self.counters = self.open()?.counters;
+        let ids: Vec<u64> = batch.samples.iter().map(|s| s.id).collect();
+        let tensors = batch
+            .samples
+            .iter()
+            .map(|s| dh_tensor {
+                data: s.data.as_ptr(),
+                shape: s.shape.map(|d| d as u64),
+                ndim: 4,
+                dtype: DH_DTYPE_U8,
+                device: DH_DEVICE_HOST,
+                reserved: 0,
+                nbytes: s.data.len() as u64,
+            })
+            .collect();
+        let now = self.now();
+        self.history.push(RankStep {
+            rank: self.rank as u32,
+            step: batch.step,
+            input_wait_s: batch.input_wait_s,
+            gpu_s: 0.0,
+            ids: ids.clone(),
+            skipped: batch.skipped.clone(),
+            start_s,
+            end_s: now,
+            max_sample_gpu_s: 0.0,
+            decode_cpu_s: batch.decode_cpu_s,
+            tokens: batch.samples.iter().map(|s| s.tokens).sum(),
+            bytes_in: batch.bytes_in,
+        });
+        self.unreported = Some(batch.samples.iter().map(|s| (s.id, s.tokens)).collect());
+        Ok(dh_batch { batch, ids, tensors })
+    }
+
+    fn report(&mut self, accel_s: f64) -> Result<(), Error> {
+        if !(accel_s.is_finite() && accel_s >= 0.0) {
+            return Err(Error::new(
+                dh_result::DH_INVALID_PARAMETER,
+                format!("accelerator seconds {accel_s} must be finite and non-negative"),
+            ));
+        }
+        self.open()?;
+        let Some(samples) = self.unreported.take() else {
+            return Err(Error::new(
+                dh_result::DH_INVALID_PARAMETER,
+                "no step to report: each step is reported once, after dh_loader_next returned its batch",
+            ));
+        };
+        let step = self.history.last().map_or(0, |r| r.step);
+        // The loader reads only the ids and tokens of the batch; the tensors may be released.
+        let shadow = Batch {
+            step,
+            samples: samples
+                .iter()
+                .map(|&(id, tokens)| Sample {
+                    id,
+                    shape: [0; 4],
+                    tokens,
+                    data: TensorData::Owned(Vec::new()),
+                })
+                .collect(),
+            skipped: Vec::new(),
+            input_wait_s: 0.0,
+            decode_cpu_s: 0.0,
+            bytes_in: 0,
+        };
+        self.open()?.report_step(accel_s, &shadow);
+        let now = self.now();
+        if let Some(last) = self.history.last_mut() {
+            last.gpu_s = accel_s;
+            last.end_s = now;
+        }
+        Ok(())
+    }
+
+    fn metrics(&self) -> dh_metrics {
+        let mut history = self.history.clone();
+        if self.unreported.is_some() {
+            if let Some(last) = history.last_mut() {
+                last.end_s = self.now();
+            }
+        }
+        let s = summarize(&history, self.warmup, 1, self.cores);
+        let measured = history.iter().filter(|r| r.step >= self.warmup);
+        let (mut total_wait_s, mut accel_s, mut bytes_in) = (0.0, 0.0, 0);
+        for r in measured {
+            total_wait_s += r.input_wait_s.max(0.0);
+            accel_s += r.gpu_s;
+            bytes_in += r.bytes_in;
+        }
+        dh_metrics {
+            steps: s.steps,
+            samples: s.delivered,
+            skipped: s.skipped,
+            throughput: s.throughput,
+            miss_rate: s.miss_rate,
+            miss_rate_10ms: s.miss_rate_10ms,
+            p50_wait_s: s.p50_wait_s,
+            p95_wait_s: s.p95_wait_s,
+            max_wait_s: s.max_wait_s,
+            total_wait_s,
+            accel_s,
+            wall_s: if s.steps > 0 { s.wall_s } else { 0.0 },
+            bytes_in,
+            rebalances_run: self.counters.rebalances_run,
+            rebalances_skipped: self.counters.rebalances_skipped,
+        }
+    }
+}
+
+/// Creates this rank's loader on `MPI_COMM_WORLD` (duplicated: the caller's use of MPI is not
+/// disturbed). **Collective**: every rank of the job calls it with the same configuration.
+///
+/// MPI: when the process was started by an MPI launcher (`mpirun`, Slurm...) and MPI is not
+/// initialised yet, the library initialises it (`MPI_THREAD_FUNNELED`, on the calling thread)
+/// and finalises it at process exit; when the caller initialised MPI, the library uses it and
+/// never finalises it (free every loader before your `MPI_Finalize`). Without a launcher the
+/// loader runs as a one-rank job without MPI.
+///
+/// The dataset is opened first (before MPI is touched). On success writes a new loader to
+/// `*loader_out`, owned by the caller (`dh_loader_free`); `config` is not retained. Fails with
+/// `DH_NULL_PARAMETER`, `DH_INVALID_PARAMETER` (no `data`, or a bad setting), `DH_INDEX`
+/// (missing or unindexed dataset), `DH_MPI_INIT` or `DH_COLLECTIVE`; nothing is written then.
+#[no_mangle]
+pub extern "C" fn dh_loader_new(config: *const dh_config, loader_out: *mut *mut dh_loader) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: config is NULL or a live configuration (header contract), only read here.
+        let config = unsafe { config.as_ref() }.ok_or_else(|| Error::null("config"))?;
+        if loader_out.is_null() {
+            return Err(Error::null("loader_out"));
+        }
+        let loader = Box::new(open_loader(config)?);
+        // SAFETY: loader_out is not NULL and points to writable storage for one pointer.
+        unsafe { *loader_out = Box::into_raw(loader) };
+        Ok(())
+    })
+}
+
+/// Creates a loader on a communicator the caller passes (`comm` points to the caller's
+/// `MPI_Comm`). **Not supported yet**: after checking its arguments for NULL it returns
+/// `DH_UNSUPPORTED` and writes nothing. Use `dh_loader_new` (`MPI_COMM_WORLD`).
+#[no_mangle]
+pub extern "C" fn dh_loader_new_with_comm(
+    config: *const dh_config,
+    comm: *const c_void,
+    loader_out: *mut *mut dh_loader,
+) -> dh_result {
+    ffi_boundary!({
+        if config.is_null() {
+            return Err(Error::null("config"));
+        }
+        if comm.is_null() {
+            return Err(Error::null("comm"));
+        }
+        if loader_out.is_null() {
+            return Err(Error::null("loader_out"));
+        }
+        Err(Error::new(
+            dh_result::DH_UNSUPPORTED,
+            "loaders on a caller's communicator are not supported yet; use dh_loader_new (MPI_COMM_WORLD)",
+        ))
+    })
+}
+
+/// This rank and the number of ranks. Works in any state (also after close). Fails with
+/// `DH_NULL_PARAMETER` only.
+#[no_mangle]
+pub extern "C" fn dh_loader_world(
+    loader: *const dh_loader,
+    rank_out: *mut usize,
+    size_out: *mut usize,
+) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
+        let loader = unsafe { loader.as_ref() }.ok_or_else(|| Error::null("loader"))?;
+        if rank_out.is_null() || size_out.is_null() {
+            return Err(Error::null(if rank_out.is_null() { "rank_out" } else { "size_out" }));
+        }
+        // SAFETY: both are non-NULL and point to writable size_t storage (header contract).
+        unsafe {
+            *rank_out = loader.rank;
+            *size_out = loader.size;
+        }
+        Ok(())
+    })
+}
+
+/// Blocks until this rank's batch of the next step is ready and writes it to `*batch_out`,
+/// owned by the caller until `dh_batch_release`. **Collective**: every rank calls it once per
+/// step. Runs on the calling thread (decoding runs on the loader's worker threads meanwhile).
+///
+/// Timeout: the loader cannot leave a step that other ranks are in, so there is no per-call
+/// deadline of its own. Every collective inside is bounded by the watchdog
+/// (`collective_timeout_s`, default `DATAHELIX_COLLECTIVE_TIMEOUT` or 300 s): when one rank
+/// stops answering, the watchdog aborts the whole job with a report naming the collective
+/// (exit status 3) instead of hanging; decoding is local and finite. `timeout_ms` = 0 accepts
+/// that bound; a value at least the watchdog's is accepted too; a shorter non-zero value fails
+/// with `DH_UNSUPPORTED` (under MPI; without MPI any value is accepted).
+///
+/// Fails with `DH_NULL_PARAMETER`, `DH_CLOSED` (closed, or an earlier call failed), `DH_END`
+/// (the configured `steps` were delivered), `DH_UNSUPPORTED`, or `DH_INDEX`/`DH_COLLECTIVE`/
+/// `DH_LOADER` (the loader is then failed: free it); nothing is written then.
+#[no_mangle]
+pub extern "C" fn dh_loader_next(
+    loader: *mut dh_loader,
+    timeout_ms: u32,
+    batch_out: *mut *mut dh_batch,
+) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
+        let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
+        if batch_out.is_null() {
+            return Err(Error::null("batch_out"));
+        }
+        let batch = Box::new(loader.next(timeout_ms)?);
+        // SAFETY: batch_out is not NULL and points to writable storage for one pointer.
+        unsafe { *batch_out = Box::into_raw(batch) };
+        Ok(())
+    })
+}
+
+/// Reports the measured accelerator seconds of the step whose batch `dh_loader_next` returned
+/// last (call it once per step, before the next `dh_loader_next`; the batch may already be
+/// released). The loader learns each rank's accelerator speed from these reports at the next
+/// step. Fails with `DH_NULL_PARAMETER`, `DH_CLOSED`, or `DH_INVALID_PARAMETER` (negative or
+/// non-finite seconds, or no unreported step).
+#[no_mangle]
+pub extern "C" fn dh_loader_report_step(loader: *mut dh_loader, accel_seconds: f64) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
+        let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
+        loader.report(accel_seconds)
+    })
+}
+
+/// Sums `count` doubles over all ranks, in place (e.g. an emulated gradient all-reduce).
+/// **Collective**: every rank calls it with the same `count`. `values` may be NULL only when
+/// `count` is 0. Fails with `DH_NULL_PARAMETER`, `DH_CLOSED` or `DH_COLLECTIVE`; `values` is
+/// unchanged then.
+#[no_mangle]
+pub extern "C" fn dh_loader_all_reduce_sum(
+    loader: *mut dh_loader,
+    values: *mut f64,
+    count: usize,
+) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
+        let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
+        if values.is_null() && count > 0 {
+            return Err(Error::null("values"));
+        }
+        let State::Open(open) = &loader.state else {
+            loader.open()?;
+            return Ok(());
+        };
+        let mut buf = vec![0.0; count];
+        if count > 0 {
+            // SAFETY: values is not NULL and holds count readable doubles (header contract).
+            buf.copy_from_slice(unsafe { std::slice::from_raw_parts(values, count) });
+        }
+        // SAFETY: the world outlives open (it is reclaimed only in Open::drop).
+        let world = unsafe { open.world.as_ref() };
+        world
+            .collective()
+            .all_reduce_f64(&mut buf, ReduceOp::Sum)
+            .map_err(|e| Error::new(dh_result::DH_COLLECTIVE, e.to_string()))?;
+        if count > 0 {
+            // SAFETY: values holds count writable doubles; buf is a distinct allocation.
+            unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), values, count) };
+        }
+        Ok(())
+    })
+}
+
+/// Writes what the loader measured on this rank (see `dh_metrics`) to `*metrics_out`. Works in
+/// any state, also after close or a failure. Fails with `DH_NULL_PARAMETER` only.
+#[no_mangle]
+pub extern "C" fn dh_loader_metrics(loader: *const dh_loader, metrics_out: *mut dh_metrics) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
+        let loader = unsafe { loader.as_ref() }.ok_or_else(|| Error::null("loader"))?;
+        if metrics_out.is_null() {
+            return Err(Error::null("metrics_out"));
+        }
+        let m = loader.metrics();
+        // SAFETY: metrics_out is not NULL and points to a writable dh_metrics.
+        unsafe { metrics_out.write(m) };
+        Ok(())
+    })
+}
+
+/// Stops the loader: joins its decode workers and frees its communicators (a barrier under the
+/// watchdog). **Collective**: every rank closes (or frees) its loader. Afterwards
+/// `dh_loader_next` fails with `DH_CLOSED`; metrics and world stay readable; outstanding batches
+/// stay valid. Closing a closed or failed loader is a no-op. Fails with `DH_NULL_PARAMETER` only.
+#[no_mangle]
+pub extern "C" fn dh_loader_close(loader: *mut dh_loader) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
+        let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
+        if let State::Open(_) = loader.state {
+            loader.state = State::Closed;
+        }
+        Ok(())
+    })
+}
+
+/// Frees a loader, closing it first if it is open (then **collective**, as `dh_loader_close`).
+/// NULL is a no-op. Freeing twice, or using the loader afterwards, is undefined behaviour (as
+/// with `free`). Batches it returned stay valid until released.
+#[no_mangle]
+pub extern "C" fn dh_loader_free(loader: *mut dh_loader) {
+    ffi_boundary!(() => {
+        if !loader.is_null() {
+            // SAFETY: loader came from Box::into_raw in dh_loader_new and, by the header's
+            // contract, is freed once.
+            drop(unsafe { Box::from_raw(loader) });
+        }
+    })
+}
+
+/// Borrows a batch argument.
+///
+/// # Safety
+/// `batch` is NULL or a live batch (not released).
+unsafe fn batch_ref<'a>(batch: *const dh_batch) -> Result<&'a dh_batch, Error> {
+    // SAFETY: by this function's contract batch is NULL or live for 'a.
+    unsafe { batch.as_ref() }.ok_or_else(|| Error::null("batch"))
+}
+
+/// The batch's step (0, 1, ...). Fails with `DH_NULL_PARAMETER` only.
+#[no_mangle]
+pub extern "C" fn dh_batch_step(batch: *const dh_batch, step_out: *mut u64) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: batch is NULL or live (header contract).
+        let b = unsafe { batch_ref(batch) }?;
+        if step_out.is_null() {
+            return Err(Error::null("step_out"));
+        }
+        // SAFETY: step_out is not NULL and points to a writable uint64_t.
+        unsafe { *step_out = b.batch.step };
+        Ok(())
+    })
+}
+
+/// The number of samples delivered to this rank in the batch (may be 0). Fails with
+/// `DH_NULL_PARAMETER` only.
+#[no_mangle]
+pub extern "C" fn dh_batch_len(batch: *const dh_batch, len_out: *mut usize) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: batch is NULL or live (header contract).
+        let b = unsafe { batch_ref(batch) }?;
+        if len_out.is_null() {
+            return Err(Error::null("len_out"));
+        }
+        // SAFETY: len_out is not NULL and points to a writable size_t.
+        unsafe { *len_out = b.ids.len() };
+        Ok(())
+    })
+}
+
+/// The sample ids, in batch order: writes a pointer to `len` ids owned by the batch (valid until
+/// `dh_batch_release`; NULL when `len` is 0) and their count. Fails with `DH_NULL_PARAMETER`.
+#[no_mangle]
+pub extern "C" fn dh_batch_ids(
+    batch: *const dh_batch,
+    ids_out: *mut *const u64,
+    len_out: *mut usize,
+) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: batch is NULL or live (header contract).
+        let b = unsafe { batch_ref(batch) }?;
+        if ids_out.is_null() || len_out.is_null() {
+            return Err(Error::null(if ids_out.is_null() { "ids_out" } else { "len_out" }));
+        }
+        let p = if b.ids.is_empty() { std::ptr::null() } else { b.ids.as_ptr() };
+        // SAFETY: both outputs are non-NULL and writable (header contract).
+        unsafe {
+            *ids_out = p;
+            *len_out = b.ids.len();
+        }
+        Ok(())
+    })
+}
+
+/// Ids of this rank's samples of the step that could not be delivered (undecodable), owned by
+/// the batch like `dh_batch_ids`. Fails with `DH_NULL_PARAMETER`.
+#[no_mangle]
+pub extern "C" fn dh_batch_skipped(
+    batch: *const dh_batch,
+    ids_out: *mut *const u64,
+    len_out: *mut usize,
+) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: batch is NULL or live (header contract).
+        let b = unsafe { batch_ref(batch) }?;
+        if ids_out.is_null() || len_out.is_null() {
+            return Err(Error::null(if ids_out.is_null() { "ids_out" } else { "len_out" }));
+        }
+        let s = &b.batch.skipped;
+        let p = if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
+        // SAFETY: both outputs are non-NULL and writable (header contract).
+        unsafe {
+            *ids_out = p;
+            *len_out = s.len();
+        }
+        Ok(())
+    })
+}
+
+/// The tensor of sample `index` (`0 <= index < dh_batch_len`): a view into memory owned by the
+/// batch, valid until `dh_batch_release` (zero-copy). Fails with `DH_NULL_PARAMETER` or
+/// `DH_OUT_OF_RANGE`.
+#[no_mangle]
+pub extern "C" fn dh_batch_tensor(
+    batch: *const dh_batch,
+    index: usize,
+    tensor_out: *mut dh_tensor,
+) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: batch is NULL or live (header contract).
+        let b = unsafe { batch_ref(batch) }?;
+        if tensor_out.is_null() {
+            return Err(Error::null("tensor_out"));
+        }
+        let t = *b.tensors.get(index).ok_or_else(|| {
+            Error::new(
+                dh_result::DH_OUT_OF_RANGE,
+                format!("sample {index} of a batch of {}", b.tensors.len()),
+            )
+        })?;
+        // SAFETY: tensor_out is not NULL and points to a writable dh_tensor.
+        unsafe { tensor_out.write(t) };
+        Ok(())
+    })
+}
+
+/// The tokens the loader counts for sample `index` (what balances accelerator work). Fails with
+/// `DH_NULL_PARAMETER` or `DH_OUT_OF_RANGE`.
+#[no_mangle]
+pub extern "C" fn dh_batch_tokens(batch: *const dh_batch, index: usize, tokens_out: *mut u64) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: batch is NULL or live (header contract).
+        let b = unsafe { batch_ref(batch) }?;
+        if tokens_out.is_null() {
+            return Err(Error::null("tokens_out"));
+        }
+        let s = b.batch.samples.get(index).ok_or_else(|| {
+            Error::new(dh_result::DH_OUT_OF_RANGE, format!("sample {index} of a batch of {}", b.ids.len()))
+        })?;
+        // SAFETY: tokens_out is not NULL and points to a writable uint64_t.
+        unsafe { *tokens_out = s.tokens };
+        Ok(())
+    })
+}
+
+/// Seconds `dh_loader_next` blocked for this batch. Fails with `DH_NULL_PARAMETER` only.
+#[no_mangle]
+pub extern "C" fn dh_batch_input_wait(batch: *const dh_batch, seconds_out: *mut f64) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: batch is NULL or live (header contract).
+        let b = unsafe { batch_ref(batch) }?;
+        if seconds_out.is_null() {
+            return Err(Error::null("seconds_out"));
+        }
+        // SAFETY: seconds_out is not NULL and points to a writable double.
+        unsafe { *seconds_out = b.batch.input_wait_s };
+        Ok(())
+    })
+}
+
+/// Releases the batch in `*batch` (its ids and tensor memory go back to the loader's pool) and
+/// sets `*batch` to NULL, so that releasing the same variable twice is a no-op. `batch` NULL or
+/// `*batch` NULL is a no-op. Releasing a copy of an already released pointer is undefined
+/// behaviour (as with `free`). May be called from any thread, also after the loader was freed.
+#[no_mangle]
+pub extern "C" fn dh_batch_release(batch: *mut *mut dh_batch) {
+    ffi_boundary!(() => {
+        if batch.is_null() {
+            return;
+        }
+        // SAFETY: batch is not NULL and points to a readable and writable dh_batch pointer.
+        let b = unsafe { std::mem::replace(&mut *batch, std::ptr::null_mut()) };
+        if !b.is_null() {
+            // SAFETY: b came from Box::into_raw in dh_loader_next and was not released before
+            // (the caller's variable is cleared on release).
+            drop(unsafe { Box::from_raw(b) });
+        }
+    })
+}

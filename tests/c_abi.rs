@@ -1,0 +1,223 @@
+//! The C ABI from C and Python: the programs of `csrc/tests/` are compiled against
+//! `csrc/include/datahelix.h` and `target/debug/libdatahelix.so` with the machine's `cc`, and run
+//! under `mpirun -np 2` on the tiny dataset: a few emulated training steps (ids checked against
+//! the protocol's sampler), every misuse expecting an error code, and both again under valgrind
+//! with zero errors. The Python example (`csrc/examples/python/`) trains under `mpirun -np 2`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use datahelix::sampler::Sampler;
+
+/// `target/debug`, where the cdylib is.
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
+fn work_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c_abi");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Compiles `csrc/tests/NAME.c` (once per test binary) and returns the program.
+fn program(name: &'static str) -> PathBuf {
+    static BUILT: OnceLock<std::sync::Mutex<Vec<&'static str>>> = OnceLock::new();
+    let lock = BUILT.get_or_init(Default::default);
+    let mut built = lock.lock().unwrap_or_else(|e| e.into_inner());
+    let exe = work_dir().join(name);
+    if !built.contains(&name) {
+        let lib = lib_dir();
+        assert!(lib.join("libdatahelix.so").exists(), "libdatahelix.so not built in {}", lib.display());
+        let repo = common::repo();
+        let mut cmd = Command::new("cc");
+        cmd.args([
+            "-std=c11",
+            "-D_POSIX_C_SOURCE=200809L",
+            "-g",
+            "-O0",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+        ])
+        .arg("-I")
+        .arg(repo.join("csrc/include"))
+        .arg(repo.join("csrc/tests").join(format!("{name}.c")))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-L")
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .args(["-ldatahelix", "-lm"]);
+        let o = common::run(&mut cmd);
+        assert!(o.status.success(), "cc {name}.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        built.push(name);
+    }
+    exe
+}
+
+fn mpirun(np: usize) -> Command {
+    let mut cmd = Command::new("mpirun");
+    common::mpi_env(&mut cmd).args(["-np", &np.to_string()]);
+    cmd.env("DATAHELIX_COLLECTIVE_TIMEOUT", "120").env("DATAHELIX_LOG", "warn");
+    cmd
+}
+
+fn valgrind(cmd: &mut Command) -> &mut Command {
+    cmd.args([
+        "valgrind",
+        "--quiet",
+        "--error-exitcode=99",
+        "--leak-check=full",
+        "--errors-for-leak-kinds=definite",
+        "--show-leak-kinds=definite",
+        "--track-origins=no",
+        "--num-callers=30",
+    ])
+    .arg(format!("--suppressions={}", common::repo().join("csrc/tests/valgrind.supp").display()))
+}
+
+fn check(what: &str, o: &Output) -> String {
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{what} failed ({}):\nstdout:\n{out}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+fn manifest_ids(dir: &Path) -> Vec<u64> {
+    std::fs::read_to_string(dir.join("manifest.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].as_u64().unwrap())
+        .collect()
+}
+
+/// Every step's global batch appears exactly once over the ranks' printed ids and skipped ids.
+fn assert_ids(out: &str, data: &Path, steps: u64, g: usize, seed: u64, ranks: usize) {
+    let sampler = Sampler::new(&manifest_ids(data), seed);
+    for step in 0..steps {
+        let mut got = Vec::new();
+        let mut lines = 0;
+        for l in out.lines() {
+            let f: Vec<&str> = l.split(' ').collect();
+            if f.len() >= 5 && f[0] == "ids" && f[1] == step.to_string() {
+                lines += 1;
+                for list in [f[3], f.get(5).copied().unwrap_or("")] {
+                    got.extend(list.split(',').filter(|s| !s.is_empty()).map(|s| s.parse::<u64>().unwrap()));
+                }
+            }
+        }
+        assert_eq!(lines, ranks, "step {step}: one line per rank expected in\n{out}");
+        got.sort_unstable();
+        let mut want = sampler.global_batch(step, g);
+        want.sort_unstable();
+        assert_eq!(got, want, "step {step}");
+    }
+    for rank in 0..ranks {
+        assert!(out.lines().any(|l| l == format!("ok {rank}")), "rank {rank} did not finish:\n{out}");
+    }
+}
+
+#[test]
+fn header_compiles_as_c99_and_cpp() {
+    let inc = common::repo().join("csrc/include");
+    let dir = work_dir();
+    let src = dir.join("include.c");
+    std::fs::write(&src, "#include \"datahelix.h\"\nint main(void) { return dh_version() == 0; }\n").unwrap();
+    for (compiler, std) in [("cc", "-std=c99"), ("c++", "-std=c++11")] {
+        let mut cmd = Command::new(compiler);
+        cmd.args([std, "-Wall", "-Wextra", "-Werror", "-pedantic", "-fsyntax-only"]).arg("-I").arg(&inc);
+        if compiler == "c++" {
+            cmd.args(["-x", "c++"]);
+        }
+        let o = common::run(cmd.arg(&src));
+        assert!(o.status.success(), "{compiler} {std}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
+/// The MindSpore AOT op needs only the header (the PyTorch one needs torch: not compiled here).
+#[test]
+fn mindspore_op_source_compiles_against_the_header() {
+    let repo = common::repo();
+    let o = common::run(
+        Command::new("c++")
+            .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-I"])
+            .arg(repo.join("csrc/include"))
+            .arg(repo.join("csrc/examples/mindspore/datahelix_aot.cc")),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn c_program_trains_emulated_steps_under_mpirun() {
+    let data = common::tiny_dataset();
+    let exe = program("train");
+    let o = common::run(mpirun(2).arg(&exe).arg(&data).args(["4", "4"]));
+    let out = check("train", &o);
+    assert_ids(&out, &data, 4, 4, 1, 2);
+}
+
+#[test]
+fn c_misuse_gives_error_codes_not_crashes() {
+    let data = common::tiny_dataset();
+    let exe = program("misuse");
+    let tmp = tempfile::tempdir().unwrap();
+    let o = common::run(mpirun(2).arg(&exe).arg(&data).arg(tmp.path()));
+    let out = check("misuse", &o);
+    assert!(out.contains("ok 0") && out.contains("ok 1"), "{out}");
+}
+
+#[test]
+fn c_programs_are_valgrind_clean() {
+    let found =
+        Command::new("valgrind").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
+    assert!(found, "valgrind is missing: scripts/setup.sh installs it");
+    let data = common::tiny_dataset();
+    let train = program("train");
+    let o = common::run(valgrind(&mut mpirun(2)).arg(&train).arg(&data).args(["3", "4"]));
+    let out = check("train under valgrind", &o);
+    assert_ids(&out, &data, 3, 4, 1, 2);
+
+    let misuse = program("misuse");
+    let tmp = tempfile::tempdir().unwrap();
+    let o = common::run(valgrind(&mut mpirun(2)).arg(&misuse).arg(&data).arg(tmp.path()));
+    let out = check("misuse under valgrind", &o);
+    assert!(out.contains("ok 0") && out.contains("ok 1"), "{out}");
+}
+
+/// A Python interpreter with numpy: `python3`, else Debian's.
+fn python_with_numpy() -> Option<String> {
+    ["python3", "/usr/bin/python3"].into_iter().map(str::to_string).find(|py| {
+        Command::new(py).args(["-c", "import numpy"]).output().map(|o| o.status.success()).unwrap_or(false)
+    })
+}
+
+#[test]
+fn python_example_trains_under_mpirun() {
+    let Some(py) = python_with_numpy() else {
+        eprintln!("SKIPPED python_example_trains_under_mpirun: no python3 with numpy (apt-get install python3-numpy)");
+        return;
+    };
+    let data = common::tiny_dataset();
+    let script = common::repo().join("csrc/examples/python/train.py");
+    let o = common::run(
+        mpirun(2)
+            .env("DATAHELIX_LIB", lib_dir().join("libdatahelix.so"))
+            .arg(&py)
+            .arg(&script)
+            .arg("--data")
+            .arg(&data)
+            .args(["--steps", "4", "--global-batch", "4", "--seed", "1"]),
+    );
+    let out = check("python example", &o);
+    assert_ids(&out, &data, 4, 4, 1, 2);
+}
