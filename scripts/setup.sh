@@ -10,7 +10,7 @@ DH_PACKAGES=(
   libopenmpi-dev openmpi-bin
   clang libclang-dev pkg-config
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
-  valgrind
+  valgrind g++ python3-numpy
 )
 
 dh_missing_packages() {
