@@ -35,11 +35,14 @@
 //! | memory-mapped descriptor index | [`index`] | works |
 //! | the protocol's sampler | [`sampler`] | works |
 //! | dataset generator (`datahelix gen`) | [`gen`] | works (drives the `ffmpeg` CLI) |
-//! | FFmpeg safe layer | [`decode::ffmpeg`] | demuxer only so far |
-//! | sampled-frame decoder, worker pool, decode-cost model | `decode` | not yet |
-//! | `Collective` trait, MPI backend | `collective`, `comm` | not yet |
-//! | HCCL backend | feature `hccl`, crate `hccl-sys` | not yet |
-//! | planner, executor, policies, simulator, C ABI | — | not yet |
+//! | sampled-frame decoder, worker pool, decode-cost model | [`decode`] | works |
+//! | `Collective` trait, MPI backend with watchdog, transfer model | [`collective`], [`comm`] | works |
+//! | HCCL backend | [`comm`] (feature `hccl`), crate `hccl-sys` | against the project's emulator; no Ascend hardware tested |
+//! | accelerator cost model, planner (batching, placement, gated rebalance) | [`cost`], [`plan`] | works |
+//! | policies, executor ([`exec::loader::Loader`]), emulated accelerator | [`policy`], [`exec`], [`emu`] | works, host memory (MPI) only |
+//! | metrics, traces, plots, comparison | [`metrics`] | works |
+//! | C ABI (`datahelix.h`) | [`ffi`] | works; a caller-provided communicator is not yet supported |
+//! | discrete-event simulator | — | not yet |
 
 pub mod cli;
 pub mod collective;
