@@ -373,7 +373,11 @@ impl<'w> Loader<'w> {
         let s = self.next_step;
         let call = self.now();
         self.world.set_step(Some(s));
-        self.exchange_records(s)?;
+        // The DataLoader-style baselines plan from the sampler alone: they exchange records once,
+        // for everyone's worker counts, and never again.
+        if s == 0 || self.cfg.policy.uses_records() || self.cfg.check_plan {
+            self.exchange_records(s)?;
+        }
         let plan_start = self.now();
         let last = (s + self.cfg.lookahead as u64).min(self.cfg.steps.max(s + 1));
         for t in s..last {

@@ -79,6 +79,13 @@ impl Policy {
         matches!(self, Policy::ActorPool | Policy::HelixPlacement | Policy::Helix)
     }
 
+    /// Whether its plans use what ranks report every step (queued work, measured times). The
+    /// DataLoader-style baselines do not, and so skip the per-step all-gather that DataHelix
+    /// (and the actor pool's scheduler) pays for.
+    pub fn uses_records(self) -> bool {
+        !matches!(self, Policy::RankLocal | Policy::PostBalance)
+    }
+
     /// What happens after decoding.
     pub fn after_decode(self) -> AfterDecode {
         match self {
