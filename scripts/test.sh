@@ -16,4 +16,4 @@ echo "== cargo test" >&2
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 echo "== HCCL backend against the host-memory emulator" >&2
-cargo test --features hccl --test collective_hccl --test collective_hccl_errors
+cargo test --features hccl --test collective_hccl --test collective_hccl_errors --test train_backends

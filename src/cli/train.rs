@@ -59,9 +59,13 @@ pub struct TrainArgs {
     /// All-reduce every plan's hash and fail on a mismatch.
     #[arg(long)]
     pub check_plan: bool,
-    /// Collective backend.
+    /// Collective backend: `mpi`, or `hccl` (built with `--features hccl`; tensors move through
+    /// HCCL device buffers — on the project's emulator where no Ascend device exists).
     #[arg(long, default_value = "mpi")]
     pub backend: String,
+    /// Record a checksum of the delivered tensors per rank and step (for comparing backends).
+    #[arg(long)]
+    pub checksums: bool,
     /// Write the result document here (rank 0).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -76,17 +80,13 @@ fn fail(e: impl std::fmt::Display) -> CliError {
 
 /// Runs `datahelix train`.
 pub fn run(args: TrainArgs) -> Result<i32, CliError> {
-    if args.backend != "mpi" {
-        return Err(CliError::usage(format!(
-            "backend {:?} is not available in this build; use mpi",
-            args.backend
-        )));
-    }
+    let backend: comm::Backend = args.backend.parse().map_err(CliError::usage)?;
     if args.warmup >= args.steps {
         return Err(CliError::usage("--warmup must be smaller than --steps"));
     }
     let config = comm::Config::from_env().map_err(|e| CliError::usage(e.to_string()))?;
-    let world = comm::init(config).map_err(|e| fail(format!("cannot start MPI: {e}")))?;
+    let world = comm::init_backend(config, backend)
+        .map_err(|e| fail(format!("cannot start the {} backend: {e}", args.backend)))?;
     let c = world.collective();
     let (rank, ranks) = (c.rank(), c.size());
     // The cgroups are named after rank 0's pid, shared by broadcast.
@@ -175,6 +175,13 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
             decode_cpu_s: batch.decode_cpu_s,
             tokens: tokens.iter().sum(),
             bytes_in: batch.bytes_in,
+            tensor_checksum: args.checksums.then(|| {
+                batch.samples.iter().fold(0u64, |acc, smp| {
+                    let mut h = crate::plan::Fnv::default();
+                    h.u64(smp.id).bytes(&smp.data);
+                    acc.wrapping_add(h.finish())
+                })
+            }),
         });
         loader.report_step(gpu_s, &batch);
         drop(batch);

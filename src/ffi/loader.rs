@@ -308,6 +308,7 @@ impl dh_loader {
             decode_cpu_s: batch.decode_cpu_s,
             tokens: batch.samples.iter().map(|s| s.tokens).sum(),
             bytes_in: batch.bytes_in,
+            tensor_checksum: None,
         });
         self.unreported = Some(batch.samples.iter().map(|s| (s.id, s.tokens)).collect());
         Ok(dh_batch { batch, ids, tensors })

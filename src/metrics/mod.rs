@@ -47,6 +47,10 @@ pub struct RankStep {
     pub tokens: u64,
     /// Bytes of tensors this rank received from other ranks for this step.
     pub bytes_in: u64,
+    /// With `train --checksums`: the wrapping sum over delivered samples of FNV-1a 64 of (id,
+    /// tensor bytes) — equal across backends and policies that deliver the same tensors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_checksum: Option<u64>,
 }
 
 /// The protocol's summary of a run (keys are a contract: `shared/CLI.md`).
