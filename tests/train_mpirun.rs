@@ -33,7 +33,11 @@ fn train(data: &Path, policy: &str, out: &Path, extra: &[&str]) -> Value {
 /// Every global batch's ids appear exactly once over the ranks, delivered or skipped.
 fn assert_exactly_once(result: &Value, manifest_ids: &[u64]) -> BTreeMap<u64, Vec<u64>> {
     let p = &result["params"];
-    let (seed, g, steps) = (p["seed"].as_u64().unwrap(), p["global_batch"].as_u64().unwrap() as usize, p["steps"].as_u64().unwrap());
+    let (seed, g, steps) = (
+        p["seed"].as_u64().unwrap(),
+        p["global_batch"].as_u64().unwrap() as usize,
+        p["steps"].as_u64().unwrap(),
+    );
     let sampler = Sampler::new(manifest_ids, seed);
     let mut skipped = BTreeMap::new();
     for step in 0..steps {
@@ -66,7 +70,10 @@ fn every_policy_delivers_exactly_once_and_skips_the_same_bad_samples() {
     let dir = tmp.path();
     // One file unusable at index time (text), one damaged after indexing (decode fails).
     let manifest = std::fs::read_to_string(dir.join("manifest.jsonl")).unwrap();
-    let paths: Vec<String> = manifest.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["path"].as_str().unwrap().to_string()).collect();
+    let paths: Vec<String> = manifest
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["path"].as_str().unwrap().to_string())
+        .collect();
     let mp4s: Vec<&String> = paths.iter().filter(|p| p.ends_with(".mp4")).collect();
     std::fs::write(dir.join(mp4s[0]), b"not a video at all").unwrap();
     let o = common::run(common::datahelix().arg("index").arg(dir));
@@ -89,18 +96,53 @@ fn every_policy_delivers_exactly_once_and_skips_the_same_bad_samples() {
         let total: usize = skipped.values().map(Vec::len).sum();
         assert!(total > 0, "{policy}: the damaged samples are in the batches and must be skipped");
         skips_by_policy.push((policy, skipped));
-        for key in ["throughput", "miss_rate", "miss_rate_10ms", "p50_wait_s", "p95_wait_s", "max_wait_s", "efficiency", "rebalances_run", "rebalances_skipped", "bytes_moved"] {
+        for key in [
+            "throughput",
+            "miss_rate",
+            "miss_rate_10ms",
+            "p50_wait_s",
+            "p95_wait_s",
+            "max_wait_s",
+            "efficiency",
+            "rebalances_run",
+            "rebalances_skipped",
+            "bytes_moved",
+        ] {
             assert!(result["summary"].get(key).is_some(), "{policy}: summary misses {key}");
         }
         let t: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).expect("trace is JSON");
-        let pids: std::collections::BTreeSet<u64> =
-            t["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "M").map(|e| e["pid"].as_u64().unwrap()).collect();
+        let pids: std::collections::BTreeSet<u64> = t["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "M")
+            .map(|e| e["pid"].as_u64().unwrap())
+            .collect();
         assert_eq!(pids.len(), 4, "{policy}: one trace process per rank");
     }
     // Every policy skips the same ids at the same steps.
     for (policy, skipped) in &skips_by_policy[1..] {
-        let mut a: Vec<(u64, Vec<u64>)> = skipped.iter().map(|(k, v)| (*k, { let mut v = v.clone(); v.sort(); v })).collect();
-        let mut b: Vec<(u64, Vec<u64>)> = skips_by_policy[0].1.iter().map(|(k, v)| (*k, { let mut v = v.clone(); v.sort(); v })).collect();
+        let mut a: Vec<(u64, Vec<u64>)> = skipped
+            .iter()
+            .map(|(k, v)| {
+                (*k, {
+                    let mut v = v.clone();
+                    v.sort();
+                    v
+                })
+            })
+            .collect();
+        let mut b: Vec<(u64, Vec<u64>)> = skips_by_policy[0]
+            .1
+            .iter()
+            .map(|(k, v)| {
+                (*k, {
+                    let mut v = v.clone();
+                    v.sort();
+                    v
+                })
+            })
+            .collect();
         a.sort();
         b.sort();
         assert_eq!(a, b, "{policy} skipped differently from rank-local");
@@ -109,7 +151,15 @@ fn every_policy_delivers_exactly_once_and_skips_the_same_bad_samples() {
 
 #[test]
 fn a_missing_dataset_is_a_usage_error() {
-    let o = common::run(common::datahelix().args(["train", "--data", "/nonexistent", "--steps", "2", "--warmup", "0"]));
+    let o = common::run(common::datahelix().args([
+        "train",
+        "--data",
+        "/nonexistent",
+        "--steps",
+        "2",
+        "--warmup",
+        "0",
+    ]));
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("datahelix index"));
 }

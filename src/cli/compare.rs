@@ -87,11 +87,15 @@ fn run_policies(args: &CompareArgs, data: &Path) -> Result<Vec<(String, TrainRes
     let policies: Vec<crate::policy::Policy> = if args.policies == "all" {
         crate::policy::Policy::ALL.to_vec()
     } else {
-        args.policies.split(',').map(|p| p.trim().parse().map_err(CliError::usage)).collect::<Result<_, _>>()?
+        args.policies
+            .split(',')
+            .map(|p| p.trim().parse().map_err(CliError::usage))
+            .collect::<Result<_, _>>()?
     };
     std::fs::create_dir_all(&args.out_dir)
         .map_err(|e| CliError::usage(format!("cannot create {}: {e}", args.out_dir.display())))?;
-    let exe = std::env::current_exe().map_err(|e| CliError::usage(format!("cannot find this program: {e}")))?;
+    let exe =
+        std::env::current_exe().map_err(|e| CliError::usage(format!("cannot find this program: {e}")))?;
     let extra: Vec<&str> = args.train_args.split_whitespace().collect();
     let mut out = Vec::new();
     for (k, policy) in policies.iter().enumerate() {
@@ -111,9 +115,17 @@ fn run_policies(args: &CompareArgs, data: &Path) -> Result<Vec<(String, TrainRes
             .arg("--trace")
             .arg(&trace)
             .status()
-            .map_err(|e| CliError::usage(format!("cannot run {}: {e}; is MPI installed (scripts/setup.sh)?", args.mpirun)))?;
+            .map_err(|e| {
+                CliError::usage(format!(
+                    "cannot run {}: {e}; is MPI installed (scripts/setup.sh)?",
+                    args.mpirun
+                ))
+            })?;
         if !status.success() {
-            return Err(CliError { code: 3, message: format!("compare: {policy} failed ({status}); see its output above") });
+            return Err(CliError {
+                code: 3,
+                message: format!("compare: {policy} failed ({status}); see its output above"),
+            });
         }
         out.extend(load_results(std::slice::from_ref(&file))?);
     }
