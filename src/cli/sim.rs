@@ -59,6 +59,9 @@ pub struct SimArgs {
     /// `--data`: the decode-cost calibration (`datahelix calibrate --json` output).
     #[arg(long, default_value = "scripts/workloads/calibration.json")]
     pub calibration: PathBuf,
+    /// The executor: `as-is` (src/exec/loader.rs) or `proposed` (its two changes, see the docs).
+    #[arg(long, default_value = "as-is")]
+    pub exec: crate::sim::Variant,
     /// Print one JSON document.
     #[arg(long)]
     pub json: bool,
@@ -107,6 +110,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
         workers_per_rank: args.workers_per_rank,
         steps: args.steps,
         seed: args.seed,
+        variant: args.exec,
     };
     let emit = |doc: &serde_json::Value| -> Result<(), CliError> {
         if args.json || args.out.is_some() {
@@ -180,6 +184,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
                 seed: args.seed.unwrap_or(0),
                 profile: args.profile,
                 overhead_s: args.overhead_s,
+                variant: args.exec,
             };
             let r = sim::run_data(dir, &cal, &run).map_err(CliError::usage)?;
             let pr = PolicyResult::of(&r);

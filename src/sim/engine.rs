@@ -213,6 +213,12 @@ impl CpuPool {
         Done { job: r.job, start_s: r.start_s, end_s: self.now }
     }
 
+    /// The completions already passed (by [`CpuPool::advance_to`] or a submission), without
+    /// running the pool further.
+    pub fn take_finished(&mut self) -> Option<Done> {
+        self.finished.pop_front()
+    }
+
     /// The next completion, in time order (first any passed by [`CpuPool::advance_to`]); `None`
     /// when the pool is idle.
     pub fn next_completion(&mut self) -> Option<Done> {

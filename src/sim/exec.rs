@@ -72,6 +72,33 @@ pub struct SimConfig {
     pub step_overhead_s: f64,
     /// Add the planner's measured wall time to simulated time (not deterministic).
     pub charge_planner: bool,
+    /// Which executor: the loader as it is, or with the changes this simulator proposes.
+    pub variant: Variant,
+}
+
+/// The executor simulated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    /// `src/exec/loader.rs` as it is.
+    #[default]
+    AsIs,
+    /// Two loader changes: (1) drain finished decodes (non-blocking) before building the step
+    /// record, so `queued_cpu_s` is not inflated by work already done; (2) helix's gate computed
+    /// by every rank from the plan's token counts (known from descriptors), so the after-decode
+    /// all-gather — a barrier — runs only when a decode failed or moves are decided.
+    Proposed,
+}
+
+impl std::str::FromStr for Variant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Variant, String> {
+        match s {
+            "as-is" => Ok(Variant::AsIs),
+            "proposed" => Ok(Variant::Proposed),
+            _ => Err(format!("unknown executor {s:?}; as-is or proposed")),
+        }
+    }
 }
 
 impl SimConfig {
@@ -340,6 +367,14 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
     let mut now = 0.0f64;
     for s in 0..cfg.steps {
         // 1. Records.
+        if cfg.variant == Variant::Proposed {
+            for r in 0..r_n {
+                sim.pools[r].advance_to(now);
+                while let Some(d) = sim.pools[r].take_finished() {
+                    sim.absorb(r, d);
+                }
+            }
+        }
         let states = sim.exchange_records(s);
         let mut at = now + gather_s;
         // 2. Plan what is not planned yet.
@@ -408,7 +443,9 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                 .collect();
             let start = in_hand.iter().copied().fold(f64::MIN, f64::max);
             let per_rank = (24 * decoded.len()).div_ceil(r_n) as u64;
-            let mut end = start + links.all_gather_s(r_n, per_rank);
+            // The proposed gate needs no all-gather (no decode fails here: the tokens are the plan's).
+            let local = cfg.variant == Variant::Proposed && after == AfterDecode::Gated;
+            let mut end = if local { start } else { start + links.all_gather_s(r_n, per_rank) };
             let moves: Vec<(usize, u32)> = match after {
                 AfterDecode::TokenBalance => token_balance(&decoded, r_n),
                 AfterDecode::Gated => {
@@ -420,6 +457,9 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
             };
             if moves.is_empty() {
                 sim.rebalances.1 += 1;
+                if local {
+                    end = f64::NAN; // no collective: each rank keeps its own time
+                }
             } else {
                 sim.rebalances.0 += 1;
                 let pairs: Vec<(usize, usize, u64)> = moves
@@ -433,7 +473,9 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                     bytes_in[to as usize] += decoded[j].bytes;
                 }
             }
-            in_hand.iter_mut().for_each(|x| *x = end);
+            if !end.is_nan() {
+                in_hand.iter_mut().for_each(|x| *x = end);
+            }
         }
         // 5. The accelerator and the all-reduce.
         let mut held: Vec<Vec<usize>> = vec![Vec::new(); r_n];
@@ -475,6 +517,18 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
             });
         }
         let next = ends.iter().copied().fold(now, f64::max) + reduce_s;
+        if std::env::var_os("DH_SIM_DEBUG").is_some() {
+            let lo = ready.iter().copied().fold(f64::MAX, f64::min) - now;
+            let hi = ready.iter().copied().fold(f64::MIN, f64::max) - now;
+            eprintln!(
+                "step {s}: predicted misses {} moved {} ready {lo:.3}..{hi:.3} predicted step {:.3} actual {:.3} queued {:.2}",
+                p.plan.predicted_misses,
+                moved.len(),
+                p.plan.step_s(),
+                next - now,
+                states.iter().map(|x| x.queued_cpu_s).sum::<f64>()
+            );
+        }
         for mut rec in step_records {
             rec.end_s = next;
             out.push(rec);

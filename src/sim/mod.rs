@@ -52,7 +52,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-pub use exec::{simulate, SimConfig, SimData, SimRun};
+pub use exec::{simulate, SimConfig, SimData, SimRun, Variant};
 use workload::{Calibration, Workload};
 
 use crate::cost::accel::{AccelModel, TokenFormula};
@@ -73,6 +73,8 @@ pub struct Overrides {
     pub steps: Option<u64>,
     /// Seed.
     pub seed: Option<u64>,
+    /// The executor.
+    pub variant: Variant,
 }
 
 /// The configuration and data of a workload under `over`.
@@ -118,6 +120,7 @@ pub fn prepare(
         accel_prior: default_accel_prior(),
         step_overhead_s: 0.0,
         charge_planner: false,
+        variant: over.variant,
     };
     Ok((cfg, SimData { descriptors, decode_s }))
 }
@@ -215,7 +218,7 @@ pub fn run_policies(
     use rayon::prelude::*;
     let runs: Vec<Result<(Policy, SimRun), String>> =
         policies.par_iter().map(|&p| run_workload(w, cal, p, over).map(|r| (p, r))).collect();
-    let (cfg, _) = prepare(w, cal, Policy::Helix, &Overrides { ranks: over.ranks, ..Overrides::default() })?;
+    let (cfg, _) = prepare(w, cal, Policy::Helix, over)?;
     let mut out = WorkloadResult {
         workload: w.name.clone(),
         ranks: cfg.ranks(),
@@ -329,6 +332,8 @@ pub struct DataRun {
     pub profile: Profile,
     /// Per-step hand-over overhead, seconds.
     pub overhead_s: f64,
+    /// The executor.
+    pub variant: Variant,
 }
 
 /// Simulates a `datahelix train` run on an indexed dataset folder.
@@ -371,6 +376,7 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         accel_prior: default_accel_prior(),
         step_overhead_s: run.overhead_s,
         charge_planner: false,
+        variant: run.variant,
     };
     simulate(&cfg, &SimData { descriptors, decode_s })
 }
