@@ -62,6 +62,9 @@ pub struct SimArgs {
     /// The executor: `as-is` (src/exec/loader.rs) or `proposed` (its two changes, see the docs).
     #[arg(long, default_value = "as-is")]
     pub exec: crate::sim::Variant,
+    /// Observations the accelerator fit keeps (default: the loader's 64).
+    #[arg(long)]
+    pub accel_window: Option<usize>,
     /// Print one JSON document.
     #[arg(long)]
     pub json: bool,
@@ -111,6 +114,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
         steps: args.steps,
         seed: args.seed,
         variant: args.exec,
+        accel_window: args.accel_window,
     };
     let emit = |doc: &serde_json::Value| -> Result<(), CliError> {
         if args.json || args.out.is_some() {

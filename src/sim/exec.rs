@@ -72,6 +72,8 @@ pub struct SimConfig {
     pub step_overhead_s: f64,
     /// Add the planner's measured wall time to simulated time (not deterministic).
     pub charge_planner: bool,
+    /// Observations the accelerator fit keeps (the loader's is 64).
+    pub accel_window: usize,
     /// Which executor: the loader as it is, or with the changes this simulator proposes.
     pub variant: Variant,
 }
@@ -352,7 +354,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         records: (0..r_n)
             .map(|r| StepRecord { rank: r as u32, workers: cfg.workers[r], ..StepRecord::default() })
             .collect(),
-        accel: AccelFit::new(cfg.accel_prior, 64),
+        accel: AccelFit::new(cfg.accel_prior, cfg.accel_window),
         decode_model: CostModel::default(),
         plan_wall_s: 0.0,
         plan_max_s: 0.0,
@@ -521,12 +523,14 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
             let lo = ready.iter().copied().fold(f64::MAX, f64::min) - now;
             let hi = ready.iter().copied().fold(f64::MIN, f64::max) - now;
             eprintln!(
-                "step {s}: predicted misses {} moved {} ready {lo:.3}..{hi:.3} predicted step {:.3} actual {:.3} queued {:.2}",
+                "step {s}: predicted misses {} moved {} ready {lo:.3}..{hi:.3} predicted step {:.3} actual {:.3} queued {:.2} accel {:?} max samples/rank {}",
                 p.plan.predicted_misses,
                 moved.len(),
                 p.plan.step_s(),
                 next - now,
-                states.iter().map(|x| x.queued_cpu_s).sum::<f64>()
+                states.iter().map(|x| x.queued_cpu_s).sum::<f64>(),
+                sim.accel.model(),
+                held.iter().map(Vec::len).max().unwrap_or(0)
             );
         }
         for mut rec in step_records {

@@ -75,6 +75,8 @@ pub struct Overrides {
     pub seed: Option<u64>,
     /// The executor.
     pub variant: Variant,
+    /// Observations the accelerator fit keeps (None: the loader's 64).
+    pub accel_window: Option<usize>,
 }
 
 /// The configuration and data of a workload under `over`.
@@ -121,9 +123,13 @@ pub fn prepare(
         step_overhead_s: 0.0,
         charge_planner: false,
         variant: over.variant,
+        accel_window: over.accel_window.unwrap_or(LOADER_ACCEL_WINDOW),
     };
     Ok((cfg, SimData { descriptors, decode_s }))
 }
+
+/// Observations the loader's accelerator fit keeps (`AccelFit::new(prior, 64)` in `exec::loader`).
+pub const LOADER_ACCEL_WINDOW: usize = 64;
 
 /// The loader's accelerator model before any measurement (`LoaderConfig::new`).
 pub fn default_accel_prior() -> AccelModel {
@@ -377,6 +383,7 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         step_overhead_s: run.overhead_s,
         charge_planner: false,
         variant: run.variant,
+        accel_window: LOADER_ACCEL_WINDOW,
     };
     simulate(&cfg, &SimData { descriptors, decode_s })
 }

@@ -476,7 +476,7 @@ impl Workload {
     /// The dataset's descriptors, drawn from the mixture (deterministic per `dataset.seed`).
     pub fn descriptors(&self) -> Vec<Descriptor> {
         let d = &self.dataset;
-        let mut rng = Rng(splitmix64(d.seed ^ 0xDA7A_5E7));
+        let mut rng = Rng(splitmix64(d.seed ^ 0x0DA7_A5E7));
         let mut out = Vec::with_capacity(d.count);
         for i in 0..d.count {
             let c = &d.components[rng.pick(d.components.iter().map(|c| c.weight))];
