@@ -30,7 +30,7 @@ for p in "${policies[@]}"; do
     --steps "$steps" --warmup 3 --profile "$profile" --cores "$cores" --out "$out/train-$p.json" 2>>"$out/train.log"
 done
 "$bin" sim --data "$data" --ranks "$ranks" --workers "$workers" --cores "$cores" --global-batch "$gb" \
-  --steps "$steps" --warmup 3 --profile "$profile" --overhead-s "${OVERHEAD_S:-0.002}" --json >"$out/sim.json"
+  --steps "$steps" --warmup 3 --profile "$profile" --overhead-s "${OVERHEAD_S:-0}" --json >"$out/sim.json"
 python3 - "$out" "${policies[@]}" <<'EOF'
 import json, sys
 out, policies = sys.argv[1], sys.argv[2:]

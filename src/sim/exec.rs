@@ -134,6 +134,8 @@ pub struct SimRun {
     pub plan_max_s: f64,
     /// Wall seconds the whole simulation took.
     pub sim_wall_s: f64,
+    /// Warm-up steps (not in the summary).
+    pub warmup: u64,
 }
 
 /// One sample of a planned step.
@@ -551,5 +553,6 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         plans: sim.plans_made,
         plan_max_s: sim.plan_max_s,
         sim_wall_s: wall.elapsed().as_secs_f64(),
+        warmup: cfg.warmup,
     })
 }

@@ -174,6 +174,8 @@ pub struct PolicyResult {
     pub plan_max_s: f64,
     /// Wall seconds of the simulation.
     pub sim_wall_s: f64,
+    /// Decode CPU seconds per delivered sample (measured steps).
+    pub decode_cpu_s_per_sample: f64,
 }
 
 impl PolicyResult {
@@ -193,6 +195,11 @@ impl PolicyResult {
             plan_s_per_step: run.plan_wall_s / run.plans.max(1) as f64,
             plan_max_s: run.plan_max_s,
             sim_wall_s: run.sim_wall_s,
+            decode_cpu_s_per_sample: {
+                let m = run.records.iter().filter(|r| r.step >= run.warmup);
+                let (cpu, n) = m.fold((0.0, 0usize), |(c, n), r| (c + r.decode_cpu_s, n + r.ids.len()));
+                cpu / n.max(1) as f64
+            },
         }
     }
 }
