@@ -62,3 +62,4 @@ pub mod policy;
 pub mod probe;
 pub mod rng;
 pub mod sampler;
+pub mod sim;

@@ -11,6 +11,7 @@ mod gen;
 mod index;
 pub mod perf;
 mod plan;
+mod sim;
 mod train;
 
 use std::path::Path;
@@ -50,6 +51,8 @@ pub enum Command {
     Calibrate(calibrate::CalibrateArgs),
     /// Compare policies from `train` results: table, `--json`, plots.
     Compare(compare::CompareArgs),
+    /// Simulate policies at scale on workload files, or like a `train` run on a dataset.
+    Sim(sim::SimArgs),
 }
 
 /// An error the CLI reports on stderr before exiting with `code`.
@@ -79,6 +82,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Decode(args) => decode::run(args),
         Command::Calibrate(args) => calibrate::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Sim(args) => sim::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Validation of the simulator against reality: runs `datahelix train` under mpirun for each policy
+# on an indexed dataset, then `datahelix sim --data` configured the same way (same descriptors via
+# the index, R, W, profile, cores of the CPU budget), and checks each policy's throughput within
+# 15% and miss rate within 0.1. Prints the table; exits 1 when a policy is outside the bounds.
+#
+#   scripts/sim_validate.sh DATA_DIR [RANKS=2] [WORKERS=4] [STEPS=20] [GLOBAL_BATCH=16]
+#
+# Run it on a quiet machine: other load on the cores changes the real run, not the simulated one.
+# The simulated decode costs come from scripts/workloads/calibration.json (made on this machine;
+# regenerate it with `datahelix calibrate DIR --json --out scripts/workloads/calibration.json`
+# where the machine differs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+data=${1:?usage: scripts/sim_validate.sh DATA_DIR [RANKS] [WORKERS] [STEPS] [GLOBAL_BATCH]}
+ranks=${2:-2}
+workers=${3:-4}
+steps=${4:-20}
+gb=${5:-16}
+profile=${PROFILE:-0.05,2e-5,2e-9,0.05}
+cores=${CORES:-$(nproc)}
+bin=${BIN:-target/release/datahelix}
+out=${OUT:-$(mktemp -d)}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+  OMPI_MCA_hwloc_base_binding_policy=none OMPI_MCA_btl=self,vader,tcp \
+  OMPI_MCA_btl_vader_single_copy_mechanism=none
+policies=(rank-local actor-pool post-balance helix-batching helix-placement helix)
+for p in "${policies[@]}"; do
+  mpirun -np "$ranks" "$bin" train --data "$data" --policy "$p" --global-batch "$gb" --workers "$workers" \
+    --steps "$steps" --warmup 3 --profile "$profile" --cores "$cores" --out "$out/train-$p.json" 2>>"$out/train.log"
+done
+"$bin" sim --data "$data" --ranks "$ranks" --workers "$workers" --cores "$cores" --global-batch "$gb" \
+  --steps "$steps" --warmup 3 --profile "$profile" --overhead-s "${OVERHEAD_S:-0}" --json >"$out/sim.json"
+python3 - "$out" "${policies[@]}" <<'EOF'
+import json, sys
+out, policies = sys.argv[1], sys.argv[2:]
+sim = json.load(open(f"{out}/sim.json"))["policies"]
+bad = 0
+print(f"{'policy':<16} {'real thr':>9} {'sim thr':>9} {'err':>7} {'real miss':>10} {'sim miss':>9} {'diff':>6}")
+for p in policies:
+    real = json.load(open(f"{out}/train-{p}.json"))["summary"]
+    s = sim[p]
+    err = s["throughput"] / real["throughput"] - 1
+    diff = s["miss_rate"] - real["miss_rate"]
+    ok = abs(err) <= 0.15 and abs(diff) <= 0.1
+    bad += not ok
+    print(f"{p:<16} {real['throughput']:>9.2f} {s['throughput']:>9.2f} {err:>+6.1%} {real['miss_rate']:>10.3f} "
+          f"{s['miss_rate']:>9.3f} {diff:>+6.3f} {'ok' if ok else 'OUT'}")
+print(f"results in {out}")
+sys.exit(1 if bad else 0)
+EOF

@@ -1,0 +1,214 @@
+//! `datahelix sim`: the simulator at scale (`--workload FILE`, `--suite DIR`) or configured like a
+//! real `datahelix train` run on an indexed dataset (`--data DIR`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::json;
+
+use super::{write_json, CliError};
+use crate::emu::Profile;
+use crate::policy::Policy;
+use crate::sim::{self, workload::Calibration, DataRun, Overrides, PolicyResult, WorkloadResult};
+
+/// Simulate policies on workloads (see shared/CLI.md).
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// A workload file (TOML).
+    #[arg(long, conflicts_with_all = ["suite", "data"])]
+    pub workload: Option<PathBuf>,
+    /// A folder of workload files: the suite's table.
+    #[arg(long, conflicts_with = "data")]
+    pub suite: Option<PathBuf>,
+    /// An indexed dataset folder: simulate a `datahelix train` run on it (validation).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Ranks (workloads: the global batch scales with them; suite default 8).
+    #[arg(long)]
+    pub ranks: Option<usize>,
+    /// Decode workers per rank (workloads).
+    #[arg(long)]
+    pub workers_per_rank: Option<usize>,
+    /// A policy or `all`.
+    #[arg(long, default_value = "all")]
+    pub policy: String,
+    /// Steps, warm-up included.
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// `--data`: the model profile c0,a,b,sigma.
+    #[arg(long, default_value = "0.05,2e-5,2e-9,0.05")]
+    pub profile: Profile,
+    /// `--data`: decode workers across all ranks.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// `--data`: cores the CPU budget divides.
+    #[arg(long, default_value_t = 2.0)]
+    pub cores: f64,
+    /// `--data`: samples per global batch.
+    #[arg(long, default_value_t = 16)]
+    pub global_batch: usize,
+    /// `--data`: warm-up steps.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: u64,
+    /// `--data`: per-step input hand-over overhead of the real loader, seconds.
+    #[arg(long, default_value_t = 0.0)]
+    pub overhead_s: f64,
+    /// `--data`: the decode-cost calibration (`datahelix calibrate --json` output).
+    #[arg(long, default_value = "scripts/workloads/calibration.json")]
+    pub calibration: PathBuf,
+    /// The executor: `as-is` (src/exec/loader.rs) or `proposed` (its two changes, see the docs).
+    #[arg(long, default_value = "as-is")]
+    pub exec: crate::sim::Variant,
+    /// Observations the accelerator fit keeps (default: the loader's 64).
+    #[arg(long)]
+    pub accel_window: Option<usize>,
+    /// Print one JSON document.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the JSON document here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+fn policies(arg: &str) -> Result<Vec<Policy>, CliError> {
+    if arg == "all" {
+        return Ok(Policy::ALL.to_vec());
+    }
+    arg.split(',').map(|p| p.trim().parse::<Policy>().map_err(CliError::usage)).collect()
+}
+
+fn print_workload(w: &WorkloadResult) {
+    println!(
+        "{} — {} ranks, global batch {}, {} workers/rank, {} steps",
+        w.workload, w.ranks, w.global_batch, w.workers_per_rank, w.steps
+    );
+    println!(
+        "  {:<16} {:>12} {:>9} {:>11} {:>10} {:>10} {:>11}",
+        "policy", "samples/s", "miss", "p95 wait", "effic.", "step", "plan/step"
+    );
+    for p in Policy::ALL {
+        if let Some(r) = w.policies.get(p.name()) {
+            println!(
+                "  {:<16} {:>12.2} {:>9.3} {:>9.1}ms {:>10.2} {:>8.3}s {:>9.2}ms",
+                p.name(),
+                r.throughput,
+                r.miss_rate,
+                r.p95_wait_s * 1e3,
+                r.efficiency,
+                r.step_s,
+                r.plan_s_per_step * 1e3
+            );
+        }
+    }
+}
+
+/// Runs `datahelix sim`.
+pub fn run(args: SimArgs) -> Result<i32, CliError> {
+    let pols = policies(&args.policy)?;
+    let over = Overrides {
+        ranks: args.ranks,
+        workers_per_rank: args.workers_per_rank,
+        steps: args.steps,
+        seed: args.seed,
+        variant: args.exec,
+        accel_window: args.accel_window,
+    };
+    let emit = |doc: &serde_json::Value| -> Result<(), CliError> {
+        if args.json || args.out.is_some() {
+            write_json(doc, args.out.as_deref())?;
+        }
+        Ok(())
+    };
+    if let Some(file) = &args.workload {
+        let (w, cal) = sim::load(file).map_err(CliError::usage)?;
+        let res = sim::run_policies(&w, &cal, &pols, &over).map_err(CliError::usage)?;
+        if !args.json {
+            print_workload(&res);
+        }
+        emit(&serde_json::to_value(&res).map_err(|e| CliError::usage(e.to_string()))?)?;
+        return Ok(0);
+    }
+    if let Some(dir) = &args.suite {
+        let over = Overrides { ranks: Some(args.ranks.unwrap_or(8)), ..over };
+        let mut results = Vec::new();
+        for file in sim::suite_files(dir).map_err(CliError::usage)? {
+            let (w, cal) = sim::load(&file).map_err(CliError::usage)?;
+            let res = sim::run_policies(&w, &cal, &pols, &over).map_err(CliError::usage)?;
+            if !args.json {
+                print_workload(&res);
+            } else {
+                eprintln!("sim: {} done", res.workload);
+            }
+            results.push(res);
+        }
+        let suite = sim::suite_summary(&results);
+        if !args.json {
+            println!("suite ({} workloads):", results.len());
+            for (base, x) in &suite.geomean_speedup_vs {
+                println!("  helix vs {base:<13} {x:.2}× (geometric mean throughput)");
+            }
+            println!(
+                "  mean miss-rate reduction vs rank-local  {:.1}%",
+                suite.mean_miss_reduction_vs_rank_local * 100.0
+            );
+            println!(
+                "  mean p95-wait reduction vs rank-local   {:.1}%",
+                suite.mean_p95_reduction_vs_rank_local * 100.0
+            );
+            if !suite.helix_not_ahead_of_post_balance.is_empty() {
+                println!(
+                    "  helix not ahead of post-balance on: {}",
+                    suite.helix_not_ahead_of_post_balance.join(", ")
+                );
+            }
+        }
+        emit(&json!({ "workloads": results, "suite": suite }))?;
+        return Ok(0);
+    }
+    if let Some(dir) = &args.data {
+        let cal = Calibration::load(&args.calibration).map_err(CliError::usage)?;
+        let ranks = args.ranks.unwrap_or(2);
+        let steps = args.steps.unwrap_or(20);
+        if args.warmup >= steps {
+            return Err(CliError::usage("--warmup must be smaller than --steps"));
+        }
+        let mut out = serde_json::Map::new();
+        for &p in &pols {
+            let run = DataRun {
+                policy: p,
+                ranks,
+                workers: args.workers,
+                cores: args.cores,
+                global_batch: args.global_batch,
+                steps,
+                warmup: args.warmup,
+                seed: args.seed.unwrap_or(0),
+                profile: args.profile,
+                overhead_s: args.overhead_s,
+                variant: args.exec,
+            };
+            let r = sim::run_data(dir, &cal, &run).map_err(CliError::usage)?;
+            let pr = PolicyResult::of(&r);
+            if !args.json {
+                println!(
+                    "{:<16} {:>10.2} samples/s  miss {:.3}  p95 wait {:.1} ms  efficiency {:.2}",
+                    p.name(),
+                    pr.throughput,
+                    pr.miss_rate,
+                    pr.p95_wait_s * 1e3,
+                    pr.efficiency
+                );
+            }
+            out.insert(
+                p.name().into(),
+                serde_json::to_value(&pr).map_err(|e| CliError::usage(e.to_string()))?,
+            );
+        }
+        emit(&json!({ "workload": dir.display().to_string(), "ranks": ranks, "policies": out }))?;
+        return Ok(0);
+    }
+    Err(CliError::usage("sim needs --workload FILE, --suite DIR or --data DIR"))
+}

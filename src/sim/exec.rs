@@ -1,0 +1,558 @@
+//! The simulated executor: `src/exec/loader.rs`'s step loop in simulated time, for all ranks at
+//! once. Policies, planner, cost models and the step record are the real code; what is simulated
+//! is time — decode pools ([`CpuPool`]), links ([`Links`]), the emulated accelerator and the
+//! collectives' barriers.
+//!
+//! Per step `s`, starting at `T_s` (every rank leaves the previous step's all-reduce together):
+//!
+//! 1. the step records are all-gathered (cost: an all-gather of `RECORD_BYTES` per rank) and
+//!    fed to the accelerator and decode-cost models in rank order — the loader's
+//!    `exchange_records`;
+//! 2. steps `s .. s+L−1` not yet planned are planned with `plan_step`, `accel_free_s` being the
+//!    sum of the predicted step times of the steps already planned from `s` on, and each rank's
+//!    jobs are queued in its pool, keyed `(step << 32) | position` (EDF in plan order);
+//! 3. each rank waits for its own decodes of step `s`, absorbing completions in time order
+//!    (observations for its next record, queued work released);
+//! 4. when the plan moves tensors, one all-to-all-v (a barrier: it starts when the last rank
+//!    arrives); then the policy's after-decode step: an all-gather of (index, tokens, bytes) and,
+//!    when moves are decided, another all-to-all-v;
+//! 5. the emulated accelerator runs the delivered batch (the protocol's step time, noise
+//!    included), and the all-reduce ends the step at the slowest rank.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::engine::{CpuPool, Done, Links, SimJob};
+use crate::cost::accel::{AccelFit, AccelModel, TokenFormula};
+use crate::decode::cost::{output_bytes, CostModel, Features};
+use crate::decode::sample::{frame_count, output_size, Params, Ratio};
+use crate::descriptor::{Descriptor, Modality};
+use crate::emu::Profile;
+use crate::metrics::{summarize, RankStep, Summary};
+use crate::plan::rebalance::{self, Decoded};
+use crate::plan::record::{DecodeObservation, StepRecord, RECORD_BYTES};
+use crate::plan::{self, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
+use crate::policy::{self, AfterDecode, Policy, StepPlan};
+use crate::sampler::Sampler;
+
+/// How to simulate one run.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// The policy.
+    pub policy: Policy,
+    /// Decode workers per rank (its length is the number of ranks).
+    pub workers: Vec<u32>,
+    /// Cores per rank its workers share.
+    pub cores: Vec<f64>,
+    /// Samples per global batch.
+    pub global_batch: usize,
+    /// Steps, warm-up included.
+    pub steps: u64,
+    /// Warm-up steps (not measured).
+    pub warmup: u64,
+    /// Steps decoded ahead.
+    pub lookahead: usize,
+    /// Seed of the sampler and the accelerator noise.
+    pub seed: u64,
+    /// Preprocessing.
+    pub params: Params,
+    /// Tokens or latents.
+    pub formula: TokenFormula,
+    /// The hidden accelerator profile.
+    pub profile: Profile,
+    /// The links.
+    pub links: Links,
+    /// The transfer model the planner is given.
+    pub planner_transfer: TransferCost,
+    /// The accelerator model before any measurement (the loader's default).
+    pub accel_prior: AccelModel,
+    /// Fixed seconds each step's input hand-over costs a rank (the loader's own overhead).
+    pub step_overhead_s: f64,
+    /// Add the planner's measured wall time to simulated time (not deterministic).
+    pub charge_planner: bool,
+    /// Observations the accelerator fit keeps (the loader's is 64).
+    pub accel_window: usize,
+    /// Which executor: the loader as it is, or with the changes this simulator proposes.
+    pub variant: Variant,
+}
+
+/// The executor simulated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    /// `src/exec/loader.rs` as it is.
+    #[default]
+    AsIs,
+    /// Two loader changes: (1) drain finished decodes (non-blocking) before building the step
+    /// record, so `queued_cpu_s` is not inflated by work already done; (2) helix's gate computed
+    /// by every rank from the plan's token counts (known from descriptors), so the after-decode
+    /// all-gather — a barrier — runs only when a decode failed or moves are decided.
+    Proposed,
+}
+
+impl std::str::FromStr for Variant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Variant, String> {
+        match s {
+            "as-is" => Ok(Variant::AsIs),
+            "proposed" => Ok(Variant::Proposed),
+            _ => Err(format!("unknown executor {s:?}; as-is or proposed")),
+        }
+    }
+}
+
+impl SimConfig {
+    /// Ranks.
+    pub fn ranks(&self) -> usize {
+        self.workers.len()
+    }
+}
+
+/// The dataset: descriptors and the true decode CPU seconds of each.
+#[derive(Clone, Debug)]
+pub struct SimData {
+    /// Descriptors (the sampler draws their ids).
+    pub descriptors: Vec<Descriptor>,
+    /// True decode CPU seconds, per descriptor.
+    pub decode_s: Vec<f64>,
+}
+
+/// A simulated run's result.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimRun {
+    /// Every (rank, step) record, as `datahelix train` writes them.
+    pub records: Vec<RankStep>,
+    /// The protocol's summary of the measured steps.
+    pub summary: Summary,
+    /// Wall seconds the planner took over the whole run (measured on this machine).
+    pub plan_wall_s: f64,
+    /// Plans made.
+    pub plans: u64,
+    /// Largest single plan's wall seconds.
+    pub plan_max_s: f64,
+    /// Wall seconds the whole simulation took.
+    pub sim_wall_s: f64,
+    /// Warm-up steps (not in the summary).
+    pub warmup: u64,
+}
+
+/// One sample of a planned step.
+#[derive(Clone, Copy)]
+struct Slot {
+    id: u64,
+    pos: Option<usize>,
+    ok: bool,
+}
+
+struct Planned {
+    slots: Vec<Slot>,
+    usable: Vec<usize>,
+    plan: StepPlan,
+    /// Per rank: own decodes of this step not finished yet.
+    left: Vec<u32>,
+}
+
+fn predicted_shape(d: &Descriptor, params: &Params) -> (u32, u32, u32) {
+    let (h, w) = output_size(d.width, d.height, params.max_pixels);
+    let f = if d.modality == Modality::Image {
+        1
+    } else {
+        Ratio::new(d.duration_ticks as i128 * d.time_base_num as i128, (d.time_base_den as i128).max(1))
+            .map_or(1, |r| frame_count(r, params))
+    };
+    (f, h, w)
+}
+
+/// Post-balance's decision, as `exec::loader`'s `token_balance`: LPT of decoded samples by token
+/// count when the heaviest rank holds at least 20% more tokens than the mean.
+fn token_balance(decoded: &[Decoded], ranks: usize) -> Vec<(usize, u32)> {
+    let mut load = vec![0u64; ranks];
+    for d in decoded {
+        load[d.owner as usize] += d.tokens;
+    }
+    let total: u64 = load.iter().sum();
+    let max = load.iter().copied().max().unwrap_or(0);
+    if total == 0 || (max as f64) < 1.2 * total as f64 / ranks as f64 {
+        return Vec::new();
+    }
+    let weight: Vec<u64> = decoded.iter().map(|d| d.tokens).collect();
+    let ids: Vec<u64> = decoded.iter().map(|d| d.id).collect();
+    let mem = vec![0u64; decoded.len()];
+    let items = plan::batching::Items { weight: &weight, mem: &mem, id: &ids };
+    let owner = plan::batching::lpt(&items, ranks, &vec![0; ranks]);
+    (0..decoded.len()).filter(|&i| owner[i] != decoded[i].owner).map(|i| (i, owner[i])).collect()
+}
+
+/// The simulator's state over one run.
+struct Sim<'a> {
+    cfg: &'a SimConfig,
+    data: &'a SimData,
+    pos_of: HashMap<u64, usize>,
+    sampler: Sampler,
+    pools: Vec<CpuPool>,
+    plans: BTreeMap<u64, Planned>,
+    outstanding: Vec<HashMap<(u64, usize), f64>>,
+    cpu_by_step: Vec<HashMap<u64, f64>>,
+    records: Vec<StepRecord>,
+    accel: AccelFit,
+    decode_model: CostModel,
+    plan_wall_s: f64,
+    plan_max_s: f64,
+    plans_made: u64,
+    rebalances: (u64, u64),
+}
+
+impl<'a> Sim<'a> {
+    fn absorb(&mut self, r: usize, d: Done) {
+        let t = d.job.key >> 32;
+        let slot = d.job.tag as usize;
+        if let Some(p) = self.outstanding[r].remove(&(t, slot)) {
+            let _ = p;
+        }
+        *self.cpu_by_step[r].entry(t).or_default() += d.job.cpu_s;
+        if let Some(pl) = self.plans.get_mut(&t) {
+            pl.left[r] = pl.left[r].saturating_sub(1);
+            if let Some(pos) = pl.slots[slot].pos {
+                let desc = &self.data.descriptors[pos];
+                let f = Features::predict(desc, &self.cfg.params);
+                self.records[r].push_observation(DecodeObservation {
+                    codec: desc.codec.to_byte(),
+                    mpixels: f.mpixels,
+                    mbits: f.mbits,
+                    discarded: f.discarded,
+                    seconds: d.end_s - d.start_s,
+                });
+            }
+        }
+    }
+
+    fn exchange_records(&mut self, s: u64) -> Vec<RankState> {
+        for r in &self.records {
+            if s > 0 && r.gpu_s > 0.0 {
+                self.accel.observe_sums(r.sum_tokens, r.sum_tokens_sq, r.gpu_s);
+            }
+            for o in &r.observations {
+                if let Some(codec) = crate::descriptor::Codec::from_byte(o.codec) {
+                    let f = Features { mpixels: o.mpixels, mbits: o.mbits, discarded: o.discarded };
+                    self.decode_model.observe_features(codec, &f, o.seconds);
+                }
+            }
+        }
+        let states: Vec<RankState> = (0..self.cfg.ranks())
+            .map(|r| {
+                let mut rec = self.records[r].clone();
+                rec.queued_cpu_s = self.outstanding[r].values().sum();
+                rec.rank_state()
+            })
+            .collect();
+        for (r, rec) in self.records.iter_mut().enumerate() {
+            *rec = StepRecord { rank: r as u32, workers: self.cfg.workers[r], ..StepRecord::default() };
+        }
+        states
+    }
+
+    fn plan_and_submit(
+        &mut self,
+        t: u64,
+        now_step: u64,
+        states: &[RankState],
+        at: f64,
+    ) -> Result<f64, String> {
+        let cfg = self.cfg;
+        let ids = self.sampler.global_batch(t, cfg.global_batch);
+        let slots: Vec<Slot> = ids
+            .iter()
+            .map(|&id| {
+                let pos = self.pos_of.get(&id).copied();
+                let ok = pos.is_some_and(|p| self.data.descriptors[p].status.is_ok());
+                Slot { id, pos, ok }
+            })
+            .collect();
+        let usable: Vec<usize> = (0..slots.len()).filter(|&k| slots[k].ok).collect();
+        let samples: Vec<SampleIn> = usable
+            .iter()
+            .map(|&k| {
+                let d = &self.data.descriptors[slots[k].pos.unwrap_or(0)];
+                let (f, h, w) = predicted_shape(d, &cfg.params);
+                SampleIn {
+                    id: d.id,
+                    step: 0,
+                    tokens: cfg.formula.count(d.text_tokens, f, h, w),
+                    decode_s: self.decode_model.predict(d, &cfg.params).max(0.0),
+                    bytes: output_bytes(d, &cfg.params),
+                }
+            })
+            .collect();
+        let due: f64 = (now_step..t).filter_map(|j| self.plans.get(&j)).map(|p| p.plan.step_s()).sum();
+        let ranks: Vec<RankState> =
+            states.iter().map(|s| RankState { accel_free_s: due, mem_cap: 0, ..*s }).collect();
+        let input = PlanInput {
+            first_step: t,
+            samples,
+            ranks,
+            accel: self.accel.model(),
+            transfer: cfg.planner_transfer.clone(),
+            options: PlanOptions::default(),
+        };
+        let clock = Instant::now();
+        let plan = policy::plan_step(cfg.policy, t, &input).map_err(|e| format!("step {t}: {e}"))?;
+        let took = clock.elapsed().as_secs_f64();
+        self.plan_wall_s += took;
+        self.plan_max_s = self.plan_max_s.max(took);
+        self.plans_made += 1;
+        let at = if cfg.charge_planner { at + took } else { at };
+        let mut left = vec![0u32; cfg.ranks()];
+        for (r, order) in plan.order.iter().enumerate() {
+            for (k, &i) in order.iter().enumerate() {
+                let slot = usable[i as usize];
+                let pos = slots[slot].pos.unwrap_or(0);
+                self.pools[r].submit(
+                    at,
+                    SimJob {
+                        key: (t << 32) | k as u64,
+                        id: slots[slot].id,
+                        cpu_s: self.data.decode_s[pos],
+                        tag: slot as u64,
+                    },
+                );
+                self.outstanding[r].insert((t, slot), input.samples[i as usize].decode_s);
+                left[r] += 1;
+            }
+        }
+        self.plans.insert(t, Planned { slots, usable, plan, left });
+        Ok(at)
+    }
+}
+
+/// Simulates one run of `cfg` on `data`.
+pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
+    let wall = Instant::now();
+    let r_n = cfg.ranks();
+    if r_n == 0 || cfg.global_batch == 0 || cfg.lookahead == 0 || cfg.warmup >= cfg.steps {
+        return Err("ranks, global batch and lookahead must be ≥ 1 and warm-up < steps".into());
+    }
+    if cfg.cores.len() != r_n || cfg.workers.contains(&0) {
+        return Err("every rank needs ≥ 1 worker and a core count".into());
+    }
+    if data.descriptors.is_empty() || data.decode_s.len() != data.descriptors.len() {
+        return Err("the dataset is empty (or its decode times do not match it)".into());
+    }
+    let mut pos_of = HashMap::with_capacity(data.descriptors.len());
+    for (i, d) in data.descriptors.iter().enumerate() {
+        pos_of.entry(d.id).or_insert(i);
+    }
+    let ids: Vec<u64> = data.descriptors.iter().map(|d| d.id).collect();
+    let mut sim = Sim {
+        cfg,
+        data,
+        pos_of,
+        sampler: Sampler::new(&ids, cfg.seed),
+        pools: (0..r_n).map(|r| CpuPool::new(cfg.workers[r] as usize, cfg.cores[r])).collect(),
+        plans: BTreeMap::new(),
+        outstanding: vec![HashMap::new(); r_n],
+        cpu_by_step: vec![HashMap::new(); r_n],
+        records: (0..r_n)
+            .map(|r| StepRecord { rank: r as u32, workers: cfg.workers[r], ..StepRecord::default() })
+            .collect(),
+        accel: AccelFit::new(cfg.accel_prior, cfg.accel_window),
+        decode_model: CostModel::default(),
+        plan_wall_s: 0.0,
+        plan_max_s: 0.0,
+        plans_made: 0,
+        rebalances: (0, 0),
+    };
+    let links = &cfg.links;
+    let gather_s = links.all_gather_s(r_n, RECORD_BYTES as u64);
+    let reduce_s = links.all_gather_s(r_n, 8);
+    let after = cfg.policy.after_decode();
+    let mut out: Vec<RankStep> = Vec::with_capacity(r_n * cfg.steps as usize);
+    let mut now = 0.0f64;
+    for s in 0..cfg.steps {
+        // 1. Records.
+        if cfg.variant == Variant::Proposed {
+            for r in 0..r_n {
+                sim.pools[r].advance_to(now);
+                while let Some(d) = sim.pools[r].take_finished() {
+                    sim.absorb(r, d);
+                }
+            }
+        }
+        let states = sim.exchange_records(s);
+        let mut at = now + gather_s;
+        // 2. Plan what is not planned yet.
+        let last = (s + cfg.lookahead as u64).min(cfg.steps.max(s + 1));
+        for t in s..last {
+            if !sim.plans.contains_key(&t) {
+                at = sim.plan_and_submit(t, s, &states, at)?;
+            }
+        }
+        // 3. Own decodes.
+        let mut ready = vec![at; r_n];
+        for (r, ready_r) in ready.iter_mut().enumerate() {
+            while sim.plans.get(&s).is_some_and(|p| p.left[r] > 0) {
+                let Some(d) = sim.pools[r].next_completion() else {
+                    return Err(format!("rank {r}: the simulated pool lost jobs of step {s}"));
+                };
+                *ready_r = ready_r.max(d.end_s);
+                sim.absorb(r, d);
+            }
+        }
+        let p = sim.plans.remove(&s).ok_or_else(|| format!("step {s} was never planned"))?;
+        // Owner of each usable sample, as planned.
+        let mut owner: Vec<u32> = p.plan.owner.clone();
+        let mut bytes_in = vec![0u64; r_n];
+        let mut in_hand = ready.clone();
+        let moved: Vec<(usize, usize, u64)> = (0..p.usable.len())
+            .filter(|&i| p.plan.owner[i] != p.plan.decoder[i])
+            .map(|i| {
+                let pos = p.slots[p.usable[i]].pos.unwrap_or(0);
+                (
+                    p.plan.decoder[i] as usize,
+                    p.plan.owner[i] as usize,
+                    output_bytes(&data.descriptors[pos], &cfg.params),
+                )
+            })
+            .collect();
+        // 4. Placement's all-to-all, then the after-decode step.
+        if !moved.is_empty() {
+            let start = ready.iter().copied().fold(f64::MIN, f64::max);
+            let end = start + links.all_to_all_s(r_n, &moved);
+            in_hand.iter_mut().for_each(|x| *x = end);
+            for &(_, to, b) in &moved {
+                bytes_in[to] += b;
+            }
+        }
+        let tokens_of = |pos: usize| {
+            let d = &data.descriptors[pos];
+            let (f, h, w) = predicted_shape(d, &cfg.params);
+            cfg.formula.count(d.text_tokens, f, h, w)
+        };
+        if after != AfterDecode::Nothing {
+            // Everything held, by batch index (the loader sorts the all-gathered list by it).
+            let mut by_index: Vec<(usize, usize)> = (0..p.usable.len()).map(|i| (p.usable[i], i)).collect();
+            by_index.sort_unstable();
+            let decoded: Vec<Decoded> = by_index
+                .iter()
+                .map(|&(k, i)| {
+                    let pos = p.slots[k].pos.unwrap_or(0);
+                    Decoded {
+                        id: k as u64,
+                        owner: owner[i],
+                        tokens: tokens_of(pos),
+                        bytes: output_bytes(&data.descriptors[pos], &cfg.params),
+                    }
+                })
+                .collect();
+            let start = in_hand.iter().copied().fold(f64::MIN, f64::max);
+            let per_rank = (24 * decoded.len()).div_ceil(r_n) as u64;
+            // The proposed gate needs no all-gather (no decode fails here: the tokens are the plan's).
+            let local = cfg.variant == Variant::Proposed && after == AfterDecode::Gated;
+            let mut end = if local { start } else { start + links.all_gather_s(r_n, per_rank) };
+            let moves: Vec<(usize, u32)> = match after {
+                AfterDecode::TokenBalance => token_balance(&decoded, r_n),
+                AfterDecode::Gated => {
+                    let d =
+                        rebalance::rebalance(&decoded, r_n, &sim.accel.model(), &cfg.planner_transfer, 0.1);
+                    d.moves.iter().map(|m| (m.sample, m.to)).collect()
+                }
+                AfterDecode::Nothing => Vec::new(),
+            };
+            if moves.is_empty() {
+                sim.rebalances.1 += 1;
+                if local {
+                    end = f64::NAN; // no collective: each rank keeps its own time
+                }
+            } else {
+                sim.rebalances.0 += 1;
+                let pairs: Vec<(usize, usize, u64)> = moves
+                    .iter()
+                    .map(|&(j, to)| (decoded[j].owner as usize, to as usize, decoded[j].bytes))
+                    .collect();
+                end += links.all_to_all_s(r_n, &pairs);
+                for &(j, to) in &moves {
+                    let i = by_index[j].1;
+                    owner[i] = to;
+                    bytes_in[to as usize] += decoded[j].bytes;
+                }
+            }
+            if !end.is_nan() {
+                in_hand.iter_mut().for_each(|x| *x = end);
+            }
+        }
+        // 5. The accelerator and the all-reduce.
+        let mut held: Vec<Vec<usize>> = vec![Vec::new(); r_n];
+        for (i, &k) in p.usable.iter().enumerate() {
+            held[owner[i] as usize].push(k);
+        }
+        let mut skipped: Vec<Vec<u64>> = vec![Vec::new(); r_n];
+        for (k, slot) in p.slots.iter().enumerate() {
+            if !slot.ok {
+                skipped[k % r_n].push(slot.id);
+            }
+        }
+        let mut ends = vec![0.0f64; r_n];
+        let mut step_records = Vec::with_capacity(r_n);
+        for r in 0..r_n {
+            held[r].sort_unstable();
+            let tokens: Vec<u64> = held[r].iter().map(|&k| tokens_of(p.slots[k].pos.unwrap_or(0))).collect();
+            let gpu_s = cfg.profile.step_seconds(&tokens, cfg.seed, s, r as u64);
+            let hand = in_hand[r] + cfg.step_overhead_s;
+            ends[r] = hand + gpu_s;
+            let rec = &mut sim.records[r];
+            rec.gpu_s = gpu_s;
+            rec.sum_tokens = tokens.iter().map(|&t| t as f64).sum();
+            rec.sum_tokens_sq = tokens.iter().map(|&t| (t as f64).powi(2)).sum();
+            rec.samples = tokens.len() as u32;
+            step_records.push(RankStep {
+                rank: r as u32,
+                step: s,
+                input_wait_s: hand - now,
+                gpu_s,
+                ids: held[r].iter().map(|&k| p.slots[k].id).collect(),
+                skipped: std::mem::take(&mut skipped[r]),
+                start_s: now,
+                end_s: 0.0,
+                max_sample_gpu_s: tokens.iter().map(|&t| cfg.profile.sample_seconds(t)).fold(0.0, f64::max),
+                decode_cpu_s: sim.cpu_by_step[r].remove(&s).unwrap_or(0.0),
+                tokens: tokens.iter().sum(),
+                bytes_in: bytes_in[r],
+            });
+        }
+        let next = ends.iter().copied().fold(now, f64::max) + reduce_s;
+        if std::env::var_os("DH_SIM_DEBUG").is_some() {
+            let lo = ready.iter().copied().fold(f64::MAX, f64::min) - now;
+            let hi = ready.iter().copied().fold(f64::MIN, f64::max) - now;
+            eprintln!(
+                "step {s}: predicted misses {} moved {} ready {lo:.3}..{hi:.3} predicted step {:.3} actual {:.3} queued {:.2} accel {:?} max samples/rank {}",
+                p.plan.predicted_misses,
+                moved.len(),
+                p.plan.step_s(),
+                next - now,
+                states.iter().map(|x| x.queued_cpu_s).sum::<f64>(),
+                sim.accel.model(),
+                held.iter().map(Vec::len).max().unwrap_or(0)
+            );
+        }
+        for mut rec in step_records {
+            rec.end_s = next;
+            out.push(rec);
+        }
+        now = next;
+    }
+    let cores: f64 = cfg.cores.iter().sum();
+    let mut summary = summarize(&out, cfg.warmup, r_n, cores);
+    summary.rebalances_run = sim.rebalances.0;
+    summary.rebalances_skipped = sim.rebalances.1;
+    summary.bytes_moved = out.iter().filter(|r| r.step >= cfg.warmup).map(|r| r.bytes_in).sum();
+    Ok(SimRun {
+        records: out,
+        summary,
+        plan_wall_s: sim.plan_wall_s,
+        plans: sim.plans_made,
+        plan_max_s: sim.plan_max_s,
+        sim_wall_s: wall.elapsed().as_secs_f64(),
+        warmup: cfg.warmup,
+    })
+}

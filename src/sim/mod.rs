@@ -1,0 +1,404 @@
+//! A discrete-event simulator of the input data plane at scale (`shared/DESIGN.md`,
+//! "Simulator"): the real planner, policies, cost models and step record, driven by simulated
+//! time instead of threads, processes and sleeps. Only the executor is simulated
+//! ([`exec`]: `src/exec/loader.rs`'s step loop); CPU pools and links are the event engine
+//! ([`engine`]); workloads are TOML files ([`workload`]).
+//!
+//! Deterministic: the same workload, policy, ranks and seed give the same records, bit for bit
+//! (the planner's measured wall time is reported beside them, never mixed in unless asked).
+//!
+//! ```
+//! use datahelix::policy::Policy;
+//! use datahelix::sim::{self, workload::{Calibration, Workload}, Overrides};
+//!
+//! let w = Workload::parse(r#"
+//! name = "doc"
+//! follows = "a toy"
+//! [model]
+//! formula = "tokens"
+//! c0 = 0.02
+//! a = 2e-6
+//! b = 0.0
+//! sigma = 0.05
+//! [run]
+//! global_batch = 8
+//! ranks = 2
+//! workers_per_rank = 1
+//! steps = 6
+//! warmup = 1
+//! [dataset]
+//! count = 64
+//! [[dataset.components]]
+//! weight = 1
+//! modality = "image"
+//! codec = "jpeg"
+//! resolutions = [{ size = [640, 480], weight = 1 }]
+//! file_kb = { median = 80, sigma = 0.3, min = 10, max = 400 }
+//! text_tokens = { median = 32, sigma = 0.5, min = 4, max = 256 }
+//! "#, "doc.toml").unwrap();
+//! let cal = Calibration::parse(r#"{"models": {"jpeg": {"coefficients":
+//!     {"c0": 0.001, "c_px": 0.008, "c_bits": 0.002, "c_seek": 0}, "mean_rel_error": 0.1}}}"#, "c").unwrap();
+//! let a = sim::run_workload(&w, &cal, Policy::Helix, &Overrides::default()).unwrap();
+//! let b = sim::run_workload(&w, &cal, Policy::Helix, &Overrides::default()).unwrap();
+//! assert_eq!(a.records, b.records);
+//! assert!(a.summary.throughput > 0.0);
+//! ```
+
+pub mod engine;
+pub mod exec;
+pub mod workload;
+
+use std::path::Path;
+
+use serde::Serialize;
+
+pub use exec::{simulate, SimConfig, SimData, SimRun, Variant};
+use workload::{Calibration, Workload};
+
+use crate::cost::accel::{AccelModel, TokenFormula};
+use crate::decode::sample::Params;
+use crate::descriptor::Status;
+use crate::emu::Profile;
+use crate::index::Index;
+use crate::policy::{self, Policy};
+
+/// Command-line changes to a workload.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// Ranks (the global batch and the dataset scale with them, per-rank batch kept).
+    pub ranks: Option<usize>,
+    /// Workers per rank.
+    pub workers_per_rank: Option<usize>,
+    /// Steps (warm-up kept below).
+    pub steps: Option<u64>,
+    /// Seed.
+    pub seed: Option<u64>,
+    /// The executor.
+    pub variant: Variant,
+    /// Observations the accelerator fit keeps (None: the loader's 64).
+    pub accel_window: Option<usize>,
+}
+
+/// The configuration and data of a workload under `over`.
+pub fn prepare(
+    w: &Workload,
+    cal: &Calibration,
+    policy: Policy,
+    over: &Overrides,
+) -> Result<(SimConfig, SimData), String> {
+    let base_ranks = w.run.ranks;
+    let ranks = over.ranks.unwrap_or(base_ranks).max(1);
+    let wpr = over.workers_per_rank.unwrap_or(w.run.workers_per_rank).max(1);
+    let cores = w.run.cores_per_rank.map_or(wpr as f64, |c| c * wpr as f64 / w.run.workers_per_rank as f64);
+    let global_batch = (w.run.global_batch * ranks).div_ceil(base_ranks).max(1);
+    let steps = over.steps.unwrap_or(w.run.steps);
+    let warmup = w.run.warmup.min(steps.saturating_sub(1) / 2);
+    let seed = over.seed.unwrap_or(w.run.seed);
+    let mut scaled = w.clone();
+    scaled.dataset.count = w.dataset.count.max(w.dataset.count * ranks / base_ranks).max(2 * global_batch);
+    let params = w.preprocess.params();
+    let descriptors = scaled.descriptors();
+    let decode_s = descriptors
+        .iter()
+        .map(|d| if d.status.is_ok() { cal.decode_s(d, &params, seed) } else { Ok(0.0) })
+        .collect::<Result<Vec<f64>, String>>()
+        .map_err(|e| format!("workload {}: {e}", w.path.display()))?;
+    let links = w.cluster.links();
+    let planner_transfer = links.widest(ranks).clone();
+    let cfg = SimConfig {
+        policy,
+        workers: vec![wpr as u32; ranks],
+        cores: vec![cores; ranks],
+        global_batch,
+        steps,
+        warmup,
+        lookahead: w.run.lookahead,
+        seed,
+        params,
+        formula: w.model.formula,
+        profile: w.model.profile(),
+        links,
+        planner_transfer,
+        accel_prior: default_accel_prior(),
+        step_overhead_s: 0.0,
+        charge_planner: false,
+        variant: over.variant,
+        accel_window: over.accel_window.unwrap_or(LOADER_ACCEL_WINDOW),
+    };
+    Ok((cfg, SimData { descriptors, decode_s }))
+}
+
+/// Observations the loader's accelerator fit keeps (`AccelFit::new(prior, 64)` in `exec::loader`).
+pub const LOADER_ACCEL_WINDOW: usize = 64;
+
+/// The loader's accelerator model before any measurement (`LoaderConfig::new`).
+pub fn default_accel_prior() -> AccelModel {
+    AccelModel { c0: 0.01, a: 1e-6, b: 0.0 }
+}
+
+/// Simulates one policy on a workload.
+pub fn run_workload(
+    w: &Workload,
+    cal: &Calibration,
+    policy: Policy,
+    over: &Overrides,
+) -> Result<SimRun, String> {
+    let (cfg, data) = prepare(w, cal, policy, over)?;
+    simulate(&cfg, &data).map_err(|e| format!("workload {} under {policy}: {e}", w.name))
+}
+
+/// One policy's line in `sim --json` (`shared/CLI.md`), with the planner's cost beside it.
+#[derive(Clone, Debug, Serialize)]
+pub struct PolicyResult {
+    /// Samples per simulated second of the measured steps.
+    pub throughput: f64,
+    /// Share of (rank, step) with input wait above 1 ms.
+    pub miss_rate: f64,
+    /// 95th-percentile input wait.
+    pub p95_wait_s: f64,
+    /// Ideal-bound efficiency.
+    pub efficiency: f64,
+    /// Share above 10 ms.
+    pub miss_rate_10ms: f64,
+    /// Rebalances run / skipped.
+    pub rebalances_run: u64,
+    /// Rebalances skipped.
+    pub rebalances_skipped: u64,
+    /// Bytes moved between ranks (measured steps).
+    pub bytes_moved: u64,
+    /// Mean simulated step seconds (measured steps).
+    pub step_s: f64,
+    /// Mean wall seconds per plan on this machine.
+    pub plan_s_per_step: f64,
+    /// Largest plan's wall seconds.
+    pub plan_max_s: f64,
+    /// Wall seconds of the simulation.
+    pub sim_wall_s: f64,
+    /// Decode CPU seconds per delivered sample (measured steps).
+    pub decode_cpu_s_per_sample: f64,
+}
+
+impl PolicyResult {
+    /// From a run.
+    pub fn of(run: &SimRun) -> PolicyResult {
+        let s = &run.summary;
+        PolicyResult {
+            throughput: s.throughput,
+            miss_rate: s.miss_rate,
+            p95_wait_s: s.p95_wait_s,
+            efficiency: s.efficiency,
+            miss_rate_10ms: s.miss_rate_10ms,
+            rebalances_run: s.rebalances_run,
+            rebalances_skipped: s.rebalances_skipped,
+            bytes_moved: s.bytes_moved,
+            step_s: if s.steps > 0 { s.wall_s / s.steps as f64 } else { 0.0 },
+            plan_s_per_step: run.plan_wall_s / run.plans.max(1) as f64,
+            plan_max_s: run.plan_max_s,
+            sim_wall_s: run.sim_wall_s,
+            decode_cpu_s_per_sample: {
+                let m = run.records.iter().filter(|r| r.step >= run.warmup);
+                let (cpu, n) = m.fold((0.0, 0usize), |(c, n), r| (c + r.decode_cpu_s, n + r.ids.len()));
+                cpu / n.max(1) as f64
+            },
+        }
+    }
+}
+
+/// `sim --workload --json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkloadResult {
+    /// Workload name.
+    pub workload: String,
+    /// Ranks simulated.
+    pub ranks: usize,
+    /// Global batch simulated.
+    pub global_batch: usize,
+    /// Workers per rank.
+    pub workers_per_rank: usize,
+    /// Steps (warm-up included).
+    pub steps: u64,
+    /// Per policy.
+    pub policies: std::collections::BTreeMap<String, PolicyResult>,
+}
+
+/// Runs `policies` on a workload (in parallel on the machine's threads; results deterministic).
+pub fn run_policies(
+    w: &Workload,
+    cal: &Calibration,
+    policies: &[Policy],
+    over: &Overrides,
+) -> Result<WorkloadResult, String> {
+    use rayon::prelude::*;
+    let runs: Vec<Result<(Policy, SimRun), String>> =
+        policies.par_iter().map(|&p| run_workload(w, cal, p, over).map(|r| (p, r))).collect();
+    let (cfg, _) = prepare(w, cal, Policy::Helix, over)?;
+    let mut out = WorkloadResult {
+        workload: w.name.clone(),
+        ranks: cfg.ranks(),
+        global_batch: cfg.global_batch,
+        workers_per_rank: cfg.workers[0] as usize,
+        steps: over.steps.unwrap_or(w.run.steps),
+        policies: Default::default(),
+    };
+    if let Some(n) = over.workers_per_rank {
+        out.workers_per_rank = n;
+    }
+    for r in runs {
+        let (p, run) = r?;
+        out.policies.insert(p.name().to_owned(), PolicyResult::of(&run));
+    }
+    Ok(out)
+}
+
+/// The suite's table in the published form.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SuiteSummary {
+    /// Geometric mean over workloads of helix throughput / the baseline's.
+    pub geomean_speedup_vs: std::collections::BTreeMap<String, f64>,
+    /// Mean over workloads of `1 − miss(helix) / miss(rank-local)` (workloads where rank-local
+    /// never misses are left out).
+    pub mean_miss_reduction_vs_rank_local: f64,
+    /// Mean over workloads of `1 − p95(helix) / p95(rank-local)`.
+    pub mean_p95_reduction_vs_rank_local: f64,
+    /// Workloads where helix's throughput is not above post-balance's.
+    pub helix_not_ahead_of_post_balance: Vec<String>,
+}
+
+/// Aggregates workload results into the suite's table.
+pub fn suite_summary(results: &[WorkloadResult]) -> SuiteSummary {
+    let mut s = SuiteSummary::default();
+    for base in ["rank-local", "actor-pool", "post-balance"] {
+        let logs: Vec<f64> = results
+            .iter()
+            .filter_map(|w| {
+                let h = w.policies.get("helix")?.throughput;
+                let b = w.policies.get(base)?.throughput;
+                (h > 0.0 && b > 0.0).then(|| (h / b).ln())
+            })
+            .collect();
+        if !logs.is_empty() {
+            s.geomean_speedup_vs.insert(base.into(), (logs.iter().sum::<f64>() / logs.len() as f64).exp());
+        }
+    }
+    let mean = |f: &dyn Fn(&PolicyResult) -> f64| {
+        let v: Vec<f64> = results
+            .iter()
+            .filter_map(|w| {
+                let (h, b) = (f(w.policies.get("helix")?), f(w.policies.get("rank-local")?));
+                (b > 0.0).then(|| 1.0 - h / b)
+            })
+            .collect();
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    s.mean_miss_reduction_vs_rank_local = mean(&|p| p.miss_rate);
+    s.mean_p95_reduction_vs_rank_local = mean(&|p| p.p95_wait_s);
+    for w in results {
+        if let (Some(h), Some(pb)) = (w.policies.get("helix"), w.policies.get("post-balance")) {
+            if h.throughput <= pb.throughput {
+                s.helix_not_ahead_of_post_balance.push(w.workload.clone());
+            }
+        }
+    }
+    s
+}
+
+/// The workload files of a folder (`*.toml`), sorted by name.
+pub fn suite_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot read suite folder {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(format!("{} holds no *.toml workloads", dir.display()));
+    }
+    Ok(files)
+}
+
+/// A simulation of a real `datahelix train` run: the dataset's descriptors from its index, decode
+/// times from the calibration, R ranks sharing W workers and `cores` cores as the CPU budget
+/// divides them, the loader's default transfer model and links of one machine.
+#[derive(Clone, Debug)]
+pub struct DataRun {
+    /// Policy.
+    pub policy: Policy,
+    /// Ranks.
+    pub ranks: usize,
+    /// Workers across all ranks.
+    pub workers: usize,
+    /// Cores the CPU budget divides.
+    pub cores: f64,
+    /// Global batch.
+    pub global_batch: usize,
+    /// Steps.
+    pub steps: u64,
+    /// Warm-up steps.
+    pub warmup: u64,
+    /// Seed.
+    pub seed: u64,
+    /// Profile.
+    pub profile: Profile,
+    /// Per-step hand-over overhead, seconds.
+    pub overhead_s: f64,
+    /// The executor.
+    pub variant: Variant,
+}
+
+/// Simulates a `datahelix train` run on an indexed dataset folder.
+pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, String> {
+    let index = Index::open(dir).map_err(|e| e.to_string())?;
+    let params = Params::default();
+    let mut descriptors = Vec::with_capacity(index.len());
+    for i in 0..index.len() {
+        let d = index.get(i).map_err(|e| e.to_string())?;
+        if d.status != Status::DuplicateId {
+            descriptors.push(d);
+        }
+    }
+    let decode_s = descriptors
+        .iter()
+        .map(|d| if d.status.is_ok() { cal.decode_s(d, &params, run.seed) } else { Ok(0.0) })
+        .collect::<Result<Vec<f64>, String>>()?;
+    let r = run.ranks.max(1);
+    let workers: Vec<u32> =
+        (0..r).map(|q| (run.workers / r + usize::from(q < run.workers % r)).max(1) as u32).collect();
+    let cores: Vec<f64> = workers.iter().map(|&w| run.cores * w as f64 / run.workers.max(1) as f64).collect();
+    let cfg = SimConfig {
+        policy: run.policy,
+        workers,
+        cores,
+        global_batch: run.global_batch,
+        steps: run.steps,
+        warmup: run.warmup,
+        lookahead: 2,
+        seed: run.seed,
+        params,
+        formula: TokenFormula::Tokens,
+        profile: run.profile,
+        links: engine::Links {
+            ranks_per_node: r,
+            intra: crate::plan::TransferCost::linear(20e-6, 5e9),
+            inter: crate::plan::TransferCost::linear(20e-6, 5e9),
+        },
+        planner_transfer: policy::default_transfer(),
+        accel_prior: default_accel_prior(),
+        step_overhead_s: run.overhead_s,
+        charge_planner: false,
+        variant: run.variant,
+        accel_window: LOADER_ACCEL_WINDOW,
+    };
+    simulate(&cfg, &SimData { descriptors, decode_s })
+}
+
+/// Loads a workload and its calibration.
+pub fn load(path: &Path) -> Result<(Workload, Calibration), String> {
+    let w = Workload::load(path)?;
+    let cal = Calibration::load(&w.calibration_path())
+        .map_err(|e| format!("workload {}: field calibration: {e}", path.display()))?;
+    Ok((w, cal))
+}
