@@ -518,6 +518,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                 decode_cpu_s: sim.cpu_by_step[r].remove(&s).unwrap_or(0.0),
                 tokens: tokens.iter().sum(),
                 bytes_in: bytes_in[r],
+                tensor_checksum: None,
             });
         }
         let next = ends.iter().copied().fold(now, f64::max) + reduce_s;
