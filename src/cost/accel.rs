@@ -122,6 +122,26 @@ impl AccelFit {
         self.model = self.solve();
     }
 
+    /// Adds one step's observations of every rank as `(Σ tokens, Σ tokens², seconds)`, then
+    /// solves once (the cost of a solve is the window's length, not the number of ranks squared).
+    pub fn observe_many(&mut self, obs: &[(f64, f64, f64)]) {
+        let mut added = false;
+        for &(sum_tokens, sum_tokens_sq, seconds) in obs {
+            if !(seconds.is_finite() && sum_tokens.is_finite() && sum_tokens_sq.is_finite()) || seconds < 0.0
+            {
+                continue;
+            }
+            if self.obs.len() == self.window {
+                self.obs.pop_front();
+            }
+            self.obs.push_back(Observation { sum_tokens, sum_tokens_sq, seconds });
+            added = true;
+        }
+        if added {
+            self.model = self.solve();
+        }
+    }
+
     /// Observations held.
     pub fn len(&self) -> usize {
         self.obs.len()
@@ -162,7 +182,10 @@ impl AccelFit {
         }
         match solve3(m, v) {
             Some(c) => {
-                let model = AccelModel { c0: c[0], a: c[1] / s1, b: c[2] / s2 };
+                // Costs are never negative: a fit that says so has too little spread to tell the
+                // terms apart, and the clamped model still orders samples by size.
+                let model =
+                    AccelModel { c0: c[0].max(0.0), a: (c[1] / s1).max(0.0), b: (c[2] / s2).max(0.0) };
                 if model.c0.is_finite() && model.a.is_finite() && model.b.is_finite() {
                     model
                 } else {

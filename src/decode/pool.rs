@@ -366,6 +366,13 @@ impl Pool {
         Some(o)
     }
 
+    /// A finished job if one is waiting, without blocking.
+    pub fn try_recv(&self) -> Option<Outcome> {
+        let o = self.results.lock().unwrap_or_else(|e| e.into_inner()).try_recv().ok()?;
+        self.pending.fetch_sub(1, Ordering::SeqCst);
+        Some(o)
+    }
+
     /// The byte budget.
     pub fn budget_bytes(&self) -> usize {
         self.buffers.budget

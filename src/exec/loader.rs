@@ -280,7 +280,9 @@ impl<'w> Loader<'w> {
         Ok(Loader {
             world,
             sampler: Sampler::new(&ids, cfg.seed),
-            accel: AccelFit::new(cfg.accel_prior, 64),
+            // Several steps of every rank's observations: one step's near-equal sums alone leave
+            // the fit ill-conditioned at many ranks.
+            accel: AccelFit::new(cfg.accel_prior, 8 * world.size().max(8)),
             cfg,
             index,
             pool,
@@ -397,6 +399,10 @@ impl<'w> Loader<'w> {
     }
 
     fn exchange_records(&mut self, s: u64) -> Result<(), ExecError> {
+        // Decodes that finished since are no longer queued work: file them first.
+        while let Some(outcome) = self.pool.try_recv() {
+            self.absorb(outcome);
+        }
         self.record.step = s;
         self.record.queued_cpu_s = self.outstanding.values().sum();
         self.record.zstd_ratio = self.zstd.0;
@@ -404,10 +410,13 @@ impl<'w> Loader<'w> {
         let bytes = self.world.all_gather_vec(&self.record.encode())?;
         let records = StepRecord::decode_all(&bytes, self.world.size())
             .map_err(|e| ExecError::Invalid(e.to_string()))?;
+        let measured: Vec<(f64, f64, f64)> = records
+            .iter()
+            .filter(|r| s > 0 && r.gpu_s > 0.0)
+            .map(|r| (r.sum_tokens, r.sum_tokens_sq, r.gpu_s))
+            .collect();
+        self.accel.observe_many(&measured);
         for r in &records {
-            if s > 0 && r.gpu_s > 0.0 {
-                self.accel.observe_sums(r.sum_tokens, r.sum_tokens_sq, r.gpu_s);
-            }
             for o in &r.observations {
                 if let Some(codec) = Codec::from_byte(o.codec) {
                     let f = Features { mpixels: o.mpixels, mbits: o.mbits, discarded: o.discarded };

@@ -73,26 +73,27 @@ fn heaviest_first(items: &Items<'_>) -> Vec<usize> {
 pub fn lpt(items: &Items<'_>, ranks: usize, cap: &[u64]) -> Vec<u32> {
     let mut owner = vec![0u32; items.len()];
     let mut used = vec![0u64; ranks];
-    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..ranks).map(|r| Reverse((0, r))).collect();
+    // Keyed by (load, items held, rank): zero-weight items spread instead of piling on one rank.
+    let mut heap: BinaryHeap<Reverse<(u64, u32, usize)>> = (0..ranks).map(|r| Reverse((0, 0, r))).collect();
     let mut skipped = Vec::new();
     for i in heaviest_first(items) {
         let mut chosen = None;
-        while let Some(Reverse((load, r))) = heap.pop() {
+        while let Some(Reverse((load, count, r))) = heap.pop() {
             if fits(cap, &used, r, items.mem[i]) {
-                chosen = Some((load, r));
+                chosen = Some((load, count, r));
                 break;
             }
-            skipped.push(Reverse((load, r)));
+            skipped.push(Reverse((load, count, r)));
         }
-        let (load, r) = chosen.unwrap_or_else(|| {
+        let (load, count, r) = chosen.unwrap_or_else(|| {
             // Nobody has room: the rank with most room left takes it (reported as a cap violation).
             let r = (0..ranks).max_by_key(|&r| (cap[r].saturating_sub(used[r]), Reverse(r))).unwrap_or(0);
-            let pos = skipped.iter().position(|e| e.0 .1 == r).expect("every rank was popped");
+            let pos = skipped.iter().position(|e| e.0 .2 == r).expect("every rank was popped");
             skipped.swap_remove(pos).0
         });
         owner[i] = r as u32;
         used[r] += items.mem[i];
-        heap.push(Reverse((load + items.weight[i], r)));
+        heap.push(Reverse((load + items.weight[i], count + 1, r)));
         heap.extend(skipped.drain(..));
     }
     owner
@@ -240,6 +241,16 @@ mod tests {
         let owner = lpt(&it, 2, &[10, 0]);
         let used0: u64 = owner.iter().enumerate().filter(|(_, &o)| o == 0).map(|(i, _)| mem[i]).sum();
         assert!(used0 <= 10);
+    }
+
+    #[test]
+    fn zero_weight_items_spread_over_ranks() {
+        let id: Vec<u64> = (0..8).collect();
+        let it = items(&[0; 8], &[0; 8], &id);
+        let owner = lpt(&it, 4, &[0; 4]);
+        for r in 0..4 {
+            assert_eq!(owner.iter().filter(|&&o| o == r).count(), 2);
+        }
     }
 
     #[test]
