@@ -15,10 +15,10 @@ SPEC=${SPEC:-scripts/specs/skewed.json}
 DATA=${DATA:-data/$(basename "$SPEC" .json)}
 RANKS=${RANKS:-4}
 WORKERS=${WORKERS:-4}
-BATCH=${BATCH:-16}
-STEPS=${STEPS:-16}
+BATCH=${BATCH:-8}
+STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
-PROFILE=${PROFILE:-0.3,2e-4,5e-8,0.05}
+PROFILE=${PROFILE:-1.0,5e-4,5e-8,0.05}
 OUT=${OUT:-target/demo}
 
 echo "== building (release)" >&2

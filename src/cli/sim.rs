@@ -59,8 +59,9 @@ pub struct SimArgs {
     /// `--data`: the decode-cost calibration (`datahelix calibrate --json` output).
     #[arg(long, default_value = "scripts/workloads/calibration.json")]
     pub calibration: PathBuf,
-    /// The executor: `as-is` (src/exec/loader.rs) or `proposed` (its two changes, see the docs).
-    #[arg(long, default_value = "as-is")]
+    /// The executor: `proposed` (src/exec/loader.rs as it is now) or `as-is` (the loader before
+    /// its backlog and gate fixes, to show their effect).
+    #[arg(long, default_value = "proposed")]
     pub exec: crate::sim::Variant,
     /// Observations the accelerator fit keeps (default: the loader's 64).
     #[arg(long)]

@@ -82,13 +82,13 @@ pub struct SimConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Variant {
-    /// `src/exec/loader.rs` as it is.
-    #[default]
+    /// The loader before two fixes (kept to show their effect): finished decodes counted as
+    /// queued work, and helix's gate behind an after-decode all-gather (a barrier).
     AsIs,
-    /// Two loader changes: (1) drain finished decodes (non-blocking) before building the step
-    /// record, so `queued_cpu_s` is not inflated by work already done; (2) helix's gate computed
-    /// by every rank from the plan's token counts (known from descriptors), so the after-decode
-    /// all-gather — a barrier — runs only when a decode failed or moves are decided.
+    /// `src/exec/loader.rs` as it is now: finished decodes are drained before the step record is
+    /// built, and helix's gate is decided by every rank from the plan's token counts (known from
+    /// descriptors), without an after-decode barrier.
+    #[default]
     Proposed,
 }
 
@@ -229,10 +229,14 @@ impl<'a> Sim<'a> {
     }
 
     fn exchange_records(&mut self, s: u64) -> Vec<RankState> {
+        let measured: Vec<(f64, f64, f64)> = self
+            .records
+            .iter()
+            .filter(|r| s > 0 && r.gpu_s > 0.0)
+            .map(|r| (r.sum_tokens, r.sum_tokens_sq, r.gpu_s))
+            .collect();
+        self.accel.observe_many(&measured);
         for r in &self.records {
-            if s > 0 && r.gpu_s > 0.0 {
-                self.accel.observe_sums(r.sum_tokens, r.sum_tokens_sq, r.gpu_s);
-            }
             for o in &r.observations {
                 if let Some(codec) = crate::descriptor::Codec::from_byte(o.codec) {
                     let f = Features { mpixels: o.mpixels, mbits: o.mbits, discarded: o.discarded };

@@ -123,13 +123,16 @@ pub fn prepare(
         step_overhead_s: 0.0,
         charge_planner: false,
         variant: over.variant,
-        accel_window: over.accel_window.unwrap_or(LOADER_ACCEL_WINDOW),
+        accel_window: over.accel_window.unwrap_or(loader_accel_window(ranks)),
     };
     Ok((cfg, SimData { descriptors, decode_s }))
 }
 
-/// Observations the loader's accelerator fit keeps (`AccelFit::new(prior, 64)` in `exec::loader`).
-pub const LOADER_ACCEL_WINDOW: usize = 64;
+/// Observations the loader's accelerator fit keeps at `ranks` ranks (`exec::loader`: eight
+/// steps of every rank, at least 64).
+pub fn loader_accel_window(ranks: usize) -> usize {
+    8 * ranks.max(8)
+}
 
 /// The loader's accelerator model before any measurement (`LoaderConfig::new`).
 pub fn default_accel_prior() -> AccelModel {
@@ -390,7 +393,7 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         step_overhead_s: run.overhead_s,
         charge_planner: false,
         variant: run.variant,
-        accel_window: LOADER_ACCEL_WINDOW,
+        accel_window: loader_accel_window(r),
     };
     simulate(&cfg, &SimData { descriptors, decode_s })
 }
