@@ -63,7 +63,9 @@ fn program(name: &'static str) -> PathBuf {
 
 fn mpirun(np: usize) -> Command {
     let mut cmd = Command::new("mpirun");
-    common::mpi_env(&mut cmd).args(["-np", &np.to_string()]);
+    // --tag-output: Open MPI forwards each rank's output line by line (untagged, two ranks'
+    // partial writes can share a line).
+    common::mpi_env(&mut cmd).args(["--tag-output", "-np", &np.to_string()]);
     cmd.env("DATAHELIX_COLLECTIVE_TIMEOUT", "120").env("DATAHELIX_LOG", "warn");
     cmd
 }
@@ -108,6 +110,7 @@ fn assert_ids(out: &str, data: &Path, steps: u64, g: usize, seed: u64, ranks: us
         let mut got = Vec::new();
         let mut lines = 0;
         for l in out.lines() {
+            let l = l.split_once(">:").map_or(l, |(_, rest)| rest); // strip "[job,rank]<stdout>:"
             let f: Vec<&str> = l.split(' ').collect();
             if f.len() >= 5 && f[0] == "ids" && f[1] == step.to_string() {
                 lines += 1;
@@ -123,7 +126,9 @@ fn assert_ids(out: &str, data: &Path, steps: u64, g: usize, seed: u64, ranks: us
         assert_eq!(got, want, "step {step}");
     }
     for rank in 0..ranks {
-        assert!(out.lines().any(|l| l == format!("ok {rank}")), "rank {rank} did not finish:\n{out}");
+        let done =
+            out.lines().any(|l| l.split_once(">:").map_or(l, |(_, rest)| rest) == format!("ok {rank}"));
+        assert!(done, "rank {rank} did not finish:\n{out}");
     }
 }
 
@@ -161,7 +166,10 @@ fn mindspore_op_source_compiles_against_the_header() {
 fn c_program_trains_emulated_steps_under_mpirun() {
     let data = common::tiny_dataset();
     let exe = program("train");
-    let o = common::run(mpirun(2).arg(&exe).arg(&data).args(["4", "4"]));
+    let o = common::run_limited(
+        mpirun(2).arg(&exe).arg(&data).args(["4", "4"]),
+        std::time::Duration::from_secs(400),
+    );
     let out = check("train", &o);
     assert_ids(&out, &data, 4, 4, 1, 2);
 }
@@ -171,7 +179,10 @@ fn c_misuse_gives_error_codes_not_crashes() {
     let data = common::tiny_dataset();
     let exe = program("misuse");
     let tmp = tempfile::tempdir().unwrap();
-    let o = common::run(mpirun(2).arg(&exe).arg(&data).arg(tmp.path()));
+    let o = common::run_limited(
+        mpirun(2).arg(&exe).arg(&data).arg(tmp.path()),
+        std::time::Duration::from_secs(400),
+    );
     let out = check("misuse", &o);
     assert!(out.contains("ok 0") && out.contains("ok 1"), "{out}");
 }
@@ -183,13 +194,19 @@ fn c_programs_are_valgrind_clean() {
     assert!(found, "valgrind is missing: scripts/setup.sh installs it");
     let data = common::tiny_dataset();
     let train = program("train");
-    let o = common::run(valgrind(&mut mpirun(2)).arg(&train).arg(&data).args(["3", "4"]));
+    let o = common::run_limited(
+        valgrind(&mut mpirun(2)).arg(&train).arg(&data).args(["3", "4"]),
+        std::time::Duration::from_secs(600),
+    );
     let out = check("train under valgrind", &o);
     assert_ids(&out, &data, 3, 4, 1, 2);
 
     let misuse = program("misuse");
     let tmp = tempfile::tempdir().unwrap();
-    let o = common::run(valgrind(&mut mpirun(2)).arg(&misuse).arg(&data).arg(tmp.path()));
+    let o = common::run_limited(
+        valgrind(&mut mpirun(2)).arg(&misuse).arg(&data).arg(tmp.path()),
+        std::time::Duration::from_secs(600),
+    );
     let out = check("misuse under valgrind", &o);
     assert!(out.contains("ok 0") && out.contains("ok 1"), "{out}");
 }
@@ -209,7 +226,7 @@ fn python_example_trains_under_mpirun() {
     };
     let data = common::tiny_dataset();
     let script = common::repo().join("csrc/examples/python/train.py");
-    let o = common::run(
+    let o = common::run_limited(
         mpirun(2)
             .env("DATAHELIX_LIB", lib_dir().join("libdatahelix.so"))
             .arg(&py)
@@ -217,6 +234,7 @@ fn python_example_trains_under_mpirun() {
             .arg("--data")
             .arg(&data)
             .args(["--steps", "4", "--global-batch", "4", "--seed", "1"]),
+        std::time::Duration::from_secs(300),
     );
     let out = check("python example", &o);
     assert_ids(&out, &data, 4, 4, 1, 2);

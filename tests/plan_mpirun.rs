@@ -11,7 +11,7 @@ fn mpirun(np: u32, args: &[&str]) -> std::process::Output {
     cmd.env("DATAHELIX_COLLECTIVE_TIMEOUT", "30");
     cmd.args(args);
     let started = Instant::now();
-    let out = common::run(&mut cmd);
+    let out = common::run_limited(&mut cmd, std::time::Duration::from_secs(300));
     assert!(started.elapsed() < Duration::from_secs(120), "mpirun took too long");
     out
 }

@@ -16,7 +16,7 @@ fn run(backend: &str, out: &std::path::Path) -> Value {
         .args(["--policy", "actor-pool", "--backend", backend, "--global-batch", "8", "--workers", "2"])
         .args(["--steps", "4", "--warmup", "1", "--profile", "0.02,1e-6,0,0", "--checksums", "--out"])
         .arg(out);
-    let o = common::run(&mut cmd);
+    let o = common::run_limited(&mut cmd, std::time::Duration::from_secs(300));
     assert!(o.status.success(), "{backend}: {}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap()
 }

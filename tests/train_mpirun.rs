@@ -24,7 +24,7 @@ fn train(data: &Path, policy: &str, out: &Path, extra: &[&str]) -> Value {
         .arg(out)
         .args(extra);
     let started = Instant::now();
-    let o = common::run(&mut cmd);
+    let o = common::run_limited(&mut cmd, std::time::Duration::from_secs(300));
     assert!(started.elapsed() < Duration::from_secs(150), "{policy}: too slow");
     assert!(o.status.success(), "{policy} failed: {}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap()

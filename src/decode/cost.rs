@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::sample::{frame_count, output_size, Params, Ratio, Strategy};
+use super::sample::{frame_count, Params, Ratio, Strategy};
 use crate::descriptor::{Codec, Descriptor, Modality};
 
 /// Number of coefficients: c0, c_px, c_bits, c_seek.
@@ -67,13 +67,7 @@ impl Features {
 
 /// Output bytes of a sample under `params`, from its descriptor (the pool's buffer size).
 pub fn output_bytes(d: &Descriptor, params: &Params) -> u64 {
-    let (h, w) = output_size(d.width, d.height, params.max_pixels);
-    let f = if d.modality == Modality::Image {
-        1
-    } else {
-        Ratio::new(d.duration_ticks as i128 * d.time_base_num as i128, (d.time_base_den as i128).max(1))
-            .map_or(1, |r| frame_count(r, params))
-    };
+    let (f, h, w) = super::sample::output_shape(d, params);
     f as u64 * h as u64 * w as u64 * 3
 }
 

@@ -92,6 +92,20 @@ pub fn target(i: u32, frames: u32, duration: Ratio) -> Ratio {
     Ratio { num: (2 * i as i128 + 1) * duration.num, den: 2 * frames.max(1) as i128 * duration.den }
 }
 
+/// The protocol's output shape `(F, H', W')` of a sample, from its descriptor alone: images have
+/// one frame; a video `clamp(floor(d × sample_fps), 1, max_frames)` frames (1 when it states no
+/// duration). The decoder produces exactly this shape for every sample it decodes.
+pub fn output_shape(d: &crate::descriptor::Descriptor, params: &Params) -> (u32, u32, u32) {
+    let (h, w) = output_size(d.width, d.height, params.max_pixels);
+    let f = if d.modality == crate::descriptor::Modality::Image {
+        1
+    } else {
+        Ratio::new(d.duration_ticks as i128 * d.time_base_num as i128, (d.time_base_den as i128).max(1))
+            .map_or(1, |r| frame_count(r, params))
+    };
+    (f, h, w)
+}
+
 /// Tokens of a sample: `text_tokens + ceil(F / 2) × (H' / 28) × (W' / 28)`.
 pub fn tokens(text_tokens: u32, frames: u32, height: u32, width: u32) -> u64 {
     text_tokens as u64 + (frames as u64).div_ceil(2) * (height as u64 / PATCH) * (width as u64 / PATCH)

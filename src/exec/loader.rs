@@ -36,15 +36,15 @@ use crate::collective::{Collective, CollectiveError};
 use crate::cost::accel::{AccelFit, AccelModel, TokenFormula};
 use crate::decode::cost::{output_bytes, CostModel, Features};
 use crate::decode::pool::{Job, Mode, Output, Pool, PoolConfig, Tensor};
-use crate::decode::sample::{frame_count, output_size, Params, Ratio};
-use crate::descriptor::{Codec, Descriptor, Modality};
+use crate::decode::sample::{output_shape, Params};
+use crate::descriptor::{Codec, Descriptor};
 use crate::exec::cgroup::CpuGroup;
 use crate::exec::exchange::{self, Piece};
 use crate::index::{Index, IndexError};
 use crate::metrics::Span;
 use crate::plan::rebalance::{self, Decoded};
 use crate::plan::record::{DecodeObservation, StepRecord};
-use crate::plan::{self, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
+use crate::plan::{PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
 use crate::policy::{self, AfterDecode, Policy, StepPlan};
 use crate::sampler::Sampler;
 
@@ -351,17 +351,6 @@ impl<'w> Loader<'w> {
         self.cfg.token_formula.count(text, frames, h, w)
     }
 
-    fn predicted_shape(&self, d: &Descriptor) -> (u32, u32, u32) {
-        let (h, w) = output_size(d.width, d.height, self.cfg.params.max_pixels);
-        let f = if d.modality == Modality::Image {
-            1
-        } else {
-            Ratio::new(d.duration_ticks as i128 * d.time_base_num as i128, (d.time_base_den as i128).max(1))
-                .map_or(1, |r| frame_count(r, &self.cfg.params))
-        };
-        (f, h, w)
-    }
-
     /// Records that a step ended with `gpu_s` accelerator seconds on this rank.
     pub fn report_step(&mut self, gpu_s: f64, batch: &Batch) {
         self.record.gpu_s = gpu_s;
@@ -456,7 +445,7 @@ impl<'w> Loader<'w> {
         let mut samples = Vec::with_capacity(usable.len());
         for &k in &usable {
             let d = slots[k].desc.expect("usable slots have descriptors");
-            let (f, h, w) = self.predicted_shape(&d);
+            let (f, h, w) = output_shape(&d, &self.cfg.params);
             samples.push(SampleIn {
                 id: d.id,
                 step: 0,
@@ -792,7 +781,7 @@ impl<'w> Loader<'w> {
             self.gather_decoded(held)?
         };
         let moves: Vec<(usize, u32)> = match after {
-            AfterDecode::TokenBalance => token_balance(&decoded, ranks),
+            AfterDecode::TokenBalance => policy::token_balance(&decoded, ranks),
             AfterDecode::Gated => {
                 let d = rebalance::rebalance(
                     &decoded,
@@ -847,24 +836,4 @@ impl<'w> Loader<'w> {
         self.span(0, "transfer", format!("rebalance step {s}"), t0, t1);
         Ok(bytes_in)
     }
-}
-
-/// Post-balance (LoongForge / MindSpeed-MM): LPT of decoded samples by token count, run only when
-/// the heaviest rank holds at least 20% more tokens than the mean. Returns (sample, new owner).
-fn token_balance(decoded: &[Decoded], ranks: usize) -> Vec<(usize, u32)> {
-    let mut load = vec![0u64; ranks];
-    for d in decoded {
-        load[d.owner as usize] += d.tokens;
-    }
-    let total: u64 = load.iter().sum();
-    let max = load.iter().copied().max().unwrap_or(0);
-    if total == 0 || (max as f64) < 1.2 * total as f64 / ranks as f64 {
-        return Vec::new();
-    }
-    let weight: Vec<u64> = decoded.iter().map(|d| d.tokens).collect();
-    let ids: Vec<u64> = decoded.iter().map(|d| d.id).collect();
-    let mem = vec![0u64; decoded.len()];
-    let items = plan::batching::Items { weight: &weight, mem: &mem, id: &ids };
-    let owner = plan::batching::lpt(&items, ranks, &vec![0; ranks]);
-    (0..decoded.len()).filter(|&i| owner[i] != decoded[i].owner).map(|i| (i, owner[i])).collect()
 }

@@ -208,6 +208,27 @@ fn actor_pool_decoders(samples: &[SampleIn], ranks: &[RankState]) -> Vec<u32> {
         .collect()
 }
 
+/// Post-balance's decision (LoongForge / MindSpeed-MM): LPT of the decoded samples by token count,
+/// made only when the heaviest rank holds at least 20% more tokens than the mean. Returns
+/// `(sample, new owner)` for every sample that moves.
+pub fn token_balance(decoded: &[plan::rebalance::Decoded], ranks: usize) -> Vec<(usize, u32)> {
+    let mut load = vec![0u64; ranks];
+    for d in decoded {
+        load[d.owner as usize] += d.tokens;
+    }
+    let total: u64 = load.iter().sum();
+    let max = load.iter().copied().max().unwrap_or(0);
+    if total == 0 || (max as f64) < 1.2 * total as f64 / ranks as f64 {
+        return Vec::new();
+    }
+    let weight: Vec<u64> = decoded.iter().map(|d| d.tokens).collect();
+    let ids: Vec<u64> = decoded.iter().map(|d| d.id).collect();
+    let mem = vec![0u64; decoded.len()];
+    let items = plan::batching::Items { weight: &weight, mem: &mem, id: &ids };
+    let owner = plan::batching::lpt(&items, ranks, &vec![0; ranks]);
+    (0..decoded.len()).filter(|&i| owner[i] != decoded[i].owner).map(|i| (i, owner[i])).collect()
+}
+
 /// Transfer model used by policies before one is calibrated: 20 µs + bytes / 5 GB/s.
 pub fn default_transfer() -> TransferCost {
     TransferCost::linear(20e-6, 5e9)

@@ -27,13 +27,13 @@ use serde::Serialize;
 use super::engine::{CpuPool, Done, Links, SimJob};
 use crate::cost::accel::{AccelFit, AccelModel, TokenFormula};
 use crate::decode::cost::{output_bytes, CostModel, Features};
-use crate::decode::sample::{frame_count, output_size, Params, Ratio};
-use crate::descriptor::{Descriptor, Modality};
+use crate::decode::sample::Params;
+use crate::descriptor::Descriptor;
 use crate::emu::Profile;
 use crate::metrics::{summarize, RankStep, Summary};
 use crate::plan::rebalance::{self, Decoded};
 use crate::plan::record::{DecodeObservation, StepRecord, RECORD_BYTES};
-use crate::plan::{self, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
+use crate::plan::{PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
 use crate::policy::{self, AfterDecode, Policy, StepPlan};
 use crate::sampler::Sampler;
 
@@ -154,37 +154,6 @@ struct Planned {
     left: Vec<u32>,
 }
 
-fn predicted_shape(d: &Descriptor, params: &Params) -> (u32, u32, u32) {
-    let (h, w) = output_size(d.width, d.height, params.max_pixels);
-    let f = if d.modality == Modality::Image {
-        1
-    } else {
-        Ratio::new(d.duration_ticks as i128 * d.time_base_num as i128, (d.time_base_den as i128).max(1))
-            .map_or(1, |r| frame_count(r, params))
-    };
-    (f, h, w)
-}
-
-/// Post-balance's decision, as `exec::loader`'s `token_balance`: LPT of decoded samples by token
-/// count when the heaviest rank holds at least 20% more tokens than the mean.
-fn token_balance(decoded: &[Decoded], ranks: usize) -> Vec<(usize, u32)> {
-    let mut load = vec![0u64; ranks];
-    for d in decoded {
-        load[d.owner as usize] += d.tokens;
-    }
-    let total: u64 = load.iter().sum();
-    let max = load.iter().copied().max().unwrap_or(0);
-    if total == 0 || (max as f64) < 1.2 * total as f64 / ranks as f64 {
-        return Vec::new();
-    }
-    let weight: Vec<u64> = decoded.iter().map(|d| d.tokens).collect();
-    let ids: Vec<u64> = decoded.iter().map(|d| d.id).collect();
-    let mem = vec![0u64; decoded.len()];
-    let items = plan::batching::Items { weight: &weight, mem: &mem, id: &ids };
-    let owner = plan::batching::lpt(&items, ranks, &vec![0; ranks]);
-    (0..decoded.len()).filter(|&i| owner[i] != decoded[i].owner).map(|i| (i, owner[i])).collect()
-}
-
 /// The simulator's state over one run.
 struct Sim<'a> {
     cfg: &'a SimConfig,
@@ -279,7 +248,7 @@ impl<'a> Sim<'a> {
             .iter()
             .map(|&k| {
                 let d = &self.data.descriptors[slots[k].pos.unwrap_or(0)];
-                let (f, h, w) = predicted_shape(d, &cfg.params);
+                let (f, h, w) = crate::decode::sample::output_shape(d, &cfg.params);
                 SampleIn {
                     id: d.id,
                     step: 0,
@@ -430,7 +399,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         }
         let tokens_of = |pos: usize| {
             let d = &data.descriptors[pos];
-            let (f, h, w) = predicted_shape(d, &cfg.params);
+            let (f, h, w) = crate::decode::sample::output_shape(d, &cfg.params);
             cfg.formula.count(d.text_tokens, f, h, w)
         };
         if after != AfterDecode::Nothing {
@@ -455,7 +424,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
             let local = cfg.variant == Variant::Proposed && after == AfterDecode::Gated;
             let mut end = if local { start } else { start + links.all_gather_s(r_n, per_rank) };
             let moves: Vec<(usize, u32)> = match after {
-                AfterDecode::TokenBalance => token_balance(&decoded, r_n),
+                AfterDecode::TokenBalance => policy::token_balance(&decoded, r_n),
                 AfterDecode::Gated => {
                     let d =
                         rebalance::rebalance(&decoded, r_n, &sim.accel.model(), &cfg.planner_transfer, 0.1);

@@ -39,8 +39,10 @@ def main():
             grad = loader.all_reduce_sum(np.array([accel_s, len(batch.ids) + len(batch.skipped)], dtype=np.float64))
             assert int(round(grad[1])) == args.global_batch, grad
             batch.report(time.perf_counter() - t0)
-            print(f"ids {batch.step} {loader.rank} {','.join(map(str, batch.ids))} skipped "
-                  f"{','.join(map(str, batch.skipped))}", flush=True)
+            line = (f"ids {batch.step} {loader.rank} {','.join(map(str, batch.ids))} skipped "
+                    f"{','.join(map(str, batch.skipped))}\n")
+            sys.stdout.write(line)  # one write per line: ranks' output is interleaved by the launcher
+            sys.stdout.flush()
         m = loader.metrics()
         assert m["steps"] == args.steps, m
         print(f"metrics {loader.rank} {m}", flush=True)
