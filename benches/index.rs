@@ -6,6 +6,9 @@
 //! The dataset is `scripts/specs/small.json` (48 files: h264/mpeg4 in mp4/mkv, jpeg, png),
 //! generated once under target/bench-data.
 
+// criterion_group! generates an undocumented public function.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -557,29 +557,17 @@ impl<'w> Loader<'w> {
     fn collect(&mut self, s: u64) -> Result<Batch, ExecError> {
         let me = self.world.rank();
         let ranks = self.world.size();
-        let (mine, owners, decoders, slots, usable, ships): (
-            Vec<usize>,
-            Vec<u32>,
-            Vec<u32>,
-            Vec<Slot>,
-            Vec<usize>,
-            bool,
-        ) = {
-            let p = self
-                .plans
-                .get(&s)
-                .ok_or_else(|| ExecError::Invalid(format!("step {s} was never planned")))?;
-            let mine = p.plan.order[me].iter().map(|&i| p.usable[i as usize]).collect();
-            let ships = p.plan.owner.iter().zip(&p.plan.decoder).any(|(o, d)| o != d);
-            (mine, p.plan.owner.clone(), p.plan.decoder.clone(), p.slots.clone(), p.usable.clone(), ships)
-        };
+        let p =
+            self.plans.get(&s).ok_or_else(|| ExecError::Invalid(format!("step {s} was never planned")))?;
+        let mine: Vec<usize> = p.plan.order[me].iter().map(|&i| p.usable[i as usize]).collect();
+        let ships = p.plan.owner.iter().zip(&p.plan.decoder).any(|(o, d)| o != d);
+        let slots = p.slots.clone();
         // Owner of every slot: the plan's for usable ones; bad ones are reported by the rank the
         // strided split gives them.
         let mut owner_of = vec![u32::MAX; slots.len()];
-        for (i, &k) in usable.iter().enumerate() {
-            owner_of[k] = owners[i];
+        for (i, &k) in p.usable.iter().enumerate() {
+            owner_of[k] = p.plan.owner[i];
         }
-        let _ = decoders;
         let mut held: Vec<(usize, Sample)> = Vec::new();
         let mut skipped: Vec<u64> = Vec::new();
         for (k, slot) in slots.iter().enumerate() {
