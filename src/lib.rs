@@ -36,6 +36,7 @@
 //! | the protocol's sampler | [`sampler`] | works |
 //! | dataset generator (`datahelix gen`) | [`gen`] | works (drives the `ffmpeg` CLI) |
 //! | sampled-frame decoder, worker pool, decode-cost model | [`decode`] | works |
+//! | one sample decoded in pieces on several ranks (split at keyframes, [`decode::split`]) | [`decode`] | decode layer works; the planner and executor do not use it yet |
 //! | `Collective` trait, MPI backend with watchdog, transfer model | [`collective`], [`comm`] | works |
 //! | HCCL backend | [`comm`] (feature `hccl`), crate `hccl-sys` | against the project's emulator; no Ascend hardware tested |
 //! | accelerator cost model, planner (batching, placement, gated rebalance) | [`cost`], [`plan`] | works |

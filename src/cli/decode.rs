@@ -184,6 +184,7 @@ pub(super) fn submit(
             descriptor: Some(d),
             mode,
             strategy,
+            frames: None,
         });
         submitted.push((d.id, rel));
     }

@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::sample::{frame_count, Params, Ratio, Strategy};
+use super::sample::{frame_count, output_shape, Params, Ratio, Strategy};
+use super::split::{FrameRange, Timing};
 use crate::descriptor::{Codec, Descriptor, Modality};
 
 /// Number of coefficients: c0, c_px, c_bits, c_seek.
@@ -36,8 +37,20 @@ impl Features {
         [1.0, self.mpixels, self.mbits, self.discarded]
     }
 
-    /// Predicts the features of decoding `d` under `params` from its descriptor alone.
+    /// Predicts the features of decoding `d` under `params` from its descriptor alone:
+    /// [`Features::predict_range`] of the whole sample.
     pub fn predict(d: &Descriptor, params: &Params) -> Features {
+        Features::predict_range(d, params, FrameRange::whole(output_shape(d, params).0))
+    }
+
+    /// Predicts the features of decoding only the targets `range` of `d` (a piece from
+    /// [`split_targets`](super::split::split_targets)): seek to the predicted keyframe before the
+    /// range's first target (none for a range starting at 0), decode up to its last target's
+    /// frame, by the strategy [`Strategy::choose`] picks for the range's length. The whole range
+    /// is [`Features::predict`]; the pieces of a split add up to no more than the whole plus the
+    /// frames between each piece's keyframe and its first target. A range reaching past `F` is
+    /// cut to `F`.
+    pub fn predict_range(d: &Descriptor, params: &Params, range: FrameRange) -> Features {
         let px = d.width as f64 * d.height as f64;
         if d.modality == Modality::Image {
             return Features { mpixels: px / 1e6, mbits: d.bytes as f64 * 8.0 / 1e6, discarded: 0.0 };
@@ -50,17 +63,32 @@ impl Features {
         let total = (d.frames as f64).max(1.0);
         let dur = duration.to_f64().max(1e-9);
         let fps = if d.fps_den > 0 && d.fps_num > 0 { d.fps() } else { total / dur };
-        // A scan decodes up to the last target, t = (2F − 1)/(2F) · d, plus one frame.
-        let scan = ((2.0 * f - 1.0) / (2.0 * f) * dur * fps + 1.0).min(total).max(1.0);
-        let decoded = match Strategy::choose(d.keyint, d.frames, f as u32) {
+        // The whole sample as the protocol counts it (1 target without a duration, where the
+        // model's `f` assumes a second).
+        let targets = output_shape(d, params).0;
+        let end = range.end.min(targets);
+        let start = range.start.min(end);
+        if start == end {
+            return Features::default();
+        }
+        let (n, last, first) = if start == 0 && end == targets {
+            (f, f, 0.0)
+        } else {
+            // Frames before the piece's predicted keyframe are not decoded.
+            let first = Timing::new(d, params).map_or(0.0, |t| t.piece_start(start) as f64);
+            ((end - start) as f64, end as f64, first)
+        };
+        // A scan decodes up to the last target, t = (2·last − 1)/(2F) · d, plus one frame.
+        let scan = (((2.0 * last - 1.0) / (2.0 * f) * dur * fps + 1.0).min(total) - first).max(1.0);
+        let decoded = match Strategy::choose(d.keyint, d.frames, n as u32) {
             Strategy::Scan => scan,
-            Strategy::Seek => (f * (d.keyint as f64 / 2.0 + 1.0)).min(scan),
+            Strategy::Seek => (n * (d.keyint as f64 / 2.0 + 1.0)).min(scan),
         };
         let bits = if d.bit_rate > 0 { d.bit_rate as f64 * dur } else { d.bytes as f64 * 8.0 };
         Features {
             mpixels: decoded * px / 1e6,
             mbits: bits * (decoded / total).min(1.0) / 1e6,
-            discarded: (decoded - f).max(0.0),
+            discarded: (decoded - n).max(0.0),
         }
     }
 }
@@ -302,6 +330,90 @@ mod tests {
         assert!((c.c_px - truth.c_px).abs() / truth.c_px < 0.05, "{c:?}");
         let f = Features { mpixels: 50.0, mbits: 5.0, discarded: 10.0 };
         assert!((fit.predict(&f) - truth.predict(&f)).abs() / truth.predict(&f) < 0.02, "{c:?}");
+    }
+
+    fn clip_720p() -> Descriptor {
+        Descriptor {
+            modality: Modality::Video,
+            codec: Codec::H264,
+            width: 1280,
+            height: 720,
+            frames: 240,
+            fps_num: 24,
+            fps_den: 1,
+            duration_ticks: 10,
+            time_base_num: 1,
+            time_base_den: 1,
+            bit_rate: 2_000_000,
+            keyint: 12,
+            ..Descriptor::default()
+        }
+    }
+
+    #[test]
+    fn the_whole_range_is_the_whole_prediction() {
+        let p = Params::default();
+        let d = clip_720p();
+        let cases = [
+            d,
+            // Seek chosen for the whole: gaps between targets far above the GOP.
+            Descriptor { frames: 3600, duration_ticks: 150, keyint: 30, ..d },
+            Descriptor { keyint: 0, ..d },
+            // No duration: the model assumes a second, the protocol one target.
+            Descriptor { duration_ticks: 0, ..d },
+            Descriptor { modality: Modality::Image, codec: Codec::Jpeg, frames: 1, bytes: 90_000, ..d },
+        ];
+        for d in cases {
+            let f = crate::decode::sample::output_shape(&d, &p).0;
+            assert_eq!(
+                Features::predict_range(&d, &p, FrameRange::whole(f)),
+                Features::predict(&d, &p),
+                "{d:?}"
+            );
+            // A range reaching past F is cut to F.
+            assert_eq!(
+                Features::predict_range(&d, &p, FrameRange { start: 0, end: f + 5 }),
+                Features::predict(&d, &p)
+            );
+        }
+        assert_eq!(Features::predict_range(&d, &p, FrameRange { start: 3, end: 3 }), Features::default());
+        // The second half of a split predicts about half the whole's work.
+        let half = Features::predict_range(&d, &p, FrameRange { start: 8, end: 16 });
+        let whole = Features::predict(&d, &p);
+        assert!(half.mpixels < 0.6 * whole.mpixels, "{half:?} vs {whole:?}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn pieces_add_up_to_no_more_than_the_whole_plus_keyframes(
+            seconds_x10 in 10u32..600, fps in 1u32..61, keyint in 1u32..200, max_frames in 1u32..40,
+            parts in 2u32..8, bit_rate in 0u64..10_000_000,
+        ) {
+            let d = Descriptor {
+                frames: seconds_x10 * fps / 10,
+                fps_num: fps,
+                duration_ticks: seconds_x10 as i64,
+                time_base_den: 10,
+                keyint,
+                bit_rate,
+                bytes: 1_000_000,
+                ..clip_720p()
+            };
+            let p = Params { max_frames, ..Params::default() };
+            let whole = Features::predict(&d, &p);
+            let ranges = crate::decode::split::split_targets(&d, &p, parts);
+            let pieces: Vec<Features> = ranges.iter().map(|&r| Features::predict_range(&d, &p, r)).collect();
+            let sum = |g: fn(&Features) -> f64| pieces.iter().map(g).sum::<f64>();
+            // Each extra piece may add up to a GOP and its keyframe (a seek that lands early).
+            let extra = (ranges.len() - 1) as f64 * (keyint as f64 + 1.0);
+            let px = d.width as f64 * d.height as f64 / 1e6;
+            let total = d.frames.max(1) as f64;
+            let bits = if bit_rate > 0 { bit_rate as f64 * d.duration_s() } else { d.bytes as f64 * 8.0 } / 1e6;
+            let tol = 1e-9 * (1.0 + whole.mpixels + whole.mbits + whole.discarded);
+            proptest::prop_assert!(sum(|f| f.mpixels) <= whole.mpixels + extra * px + tol, "{:?} {:?} {:?}", ranges, pieces, whole);
+            proptest::prop_assert!(sum(|f| f.mbits) <= whole.mbits + extra / total * bits + tol, "{:?} {:?}", pieces, whole);
+            proptest::prop_assert!(sum(|f| f.discarded) <= whole.discarded + extra + tol, "{:?} {:?}", pieces, whole);
+        }
     }
 
     #[test]

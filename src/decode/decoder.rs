@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::ffmpeg::{self, AvError, CodecContext, Frame, Input, Packet, Received, Scaler, StreamInfo};
 use super::sample::{frame_count, output_size, target, Params, Ratio, Strategy};
+use super::split::FrameRange;
 
 /// Why a file could not be decoded (this layer's error; the pool adds the sample's id and path).
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +67,17 @@ pub enum DecodeError {
     /// Scaling failed.
     #[error("scaling failed: {0}")]
     Scale(AvError),
+    /// The range of target frames asked for is empty or reaches past the sample's frames (an
+    /// image has only `0..1`); split with `decode::split::split_targets`.
+    #[error("target frames {start}..{end} are not a range of this sample's 0..{frames}")]
+    BadRange {
+        /// First target asked for.
+        start: u32,
+        /// One past the last target asked for.
+        end: u32,
+        /// The sample's target frames `F`.
+        frames: u32,
+    },
     /// The output buffer does not match the output shape.
     #[error("output buffer holds {have} bytes, the sample needs {need}")]
     BufferSize {
@@ -374,14 +386,40 @@ impl Decoder {
     }
 
     /// Decodes the protocol's sampled frames into `out` (exactly [`Decoder::shape`]`.bytes()`
-    /// long), packed RGB24 `[F, H', W', 3]`.
+    /// long), packed RGB24 `[F, H', W', 3]`: [`Decoder::decode_range_into`] of the whole range.
     pub fn decode_into(
         &mut self,
         params: &Params,
         strategy: Strategy,
         out: &mut [u8],
     ) -> Result<Decoded, DecodeError> {
-        let shape = self.shape(params)?;
+        let frames = self.shape(params)?.frames;
+        self.decode_range_into(params, strategy, FrameRange::whole(frames), out)
+    }
+
+    /// Decodes the sampled frames of targets `range.start..range.end` into `out` (exactly
+    /// `range.len()` frames of [`Decoder::shape`]), packed RGB24 `[range.len(), H', W', 3]`:
+    /// the same bytes as those frames of the whole decode, so pieces decoded apart and
+    /// concatenated in order give the whole tensor.
+    ///
+    /// A range that does not start at 0 first seeks to the keyframe before `t_start` (checking
+    /// it lands at or before `t_start`), then goes on with `strategy`. Where the stream ends
+    /// before a target, the remaining targets take the last decoded frame, as in the whole
+    /// decode. An image has only the range `0..1`; an empty range or one past `F` is
+    /// [`DecodeError::BadRange`].
+    pub fn decode_range_into(
+        &mut self,
+        params: &Params,
+        strategy: Strategy,
+        range: FrameRange,
+        out: &mut [u8],
+    ) -> Result<Decoded, DecodeError> {
+        let whole = self.shape(params)?;
+        let f = whole.frames;
+        if range.is_empty() || range.end > f {
+            return Err(DecodeError::BadRange { start: range.start, end: range.end, frames: f });
+        }
+        let shape = Shape { frames: range.len(), ..whole };
         if out.len() != shape.bytes() {
             return Err(DecodeError::BufferSize { need: shape.bytes(), have: out.len() });
         }
@@ -398,26 +436,29 @@ impl Decoder {
             return Ok(Decoded { shape, timestamps_s: timestamps, stats: self.stats, strategy });
         }
         let duration = self.duration.ok_or(DecodeError::NoDuration)?;
-        let f = shape.frames;
+        // Target i goes to slot i − range.start of `out`.
+        let slot = |i: u32| (i - range.start) as usize;
         // The last decoded frame lives in `self.last`; `last_slot` says where it was written.
         let mut have_last: Option<Ratio> = None;
         let mut last_slot: Option<usize> = None;
         // A frame decoded by a seek check, not yet looked at.
         let mut pending = false;
-        let mut i = 0u32;
-        'targets: while i < f {
+        // A later piece starts at the keyframe before its first target.
+        let mut seek_first = range.start > 0;
+        let mut i = range.start;
+        'targets: while i < range.end {
             let t = target(i, f, duration);
-            if let (Some(lt), Some(slot)) = (have_last, last_slot) {
+            if let (Some(lt), Some(s)) = (have_last, last_slot) {
                 if lt.cmp_exact(&t).is_ge() {
                     // The frame chosen for the previous target is also the first at or after t.
-                    out.copy_within(slot * fb..(slot + 1) * fb, i as usize * fb);
+                    out.copy_within(s * fb..(s + 1) * fb, slot(i) * fb);
                     timestamps.push(lt.to_f64());
-                    last_slot = Some(i as usize);
+                    last_slot = Some(slot(i));
                     i += 1;
                     continue;
                 }
             }
-            if strategy == Strategy::Seek && self.should_seek(t) {
+            if std::mem::take(&mut seek_first) || (strategy == Strategy::Seek && self.should_seek(t)) {
                 pending = self.seek_before(t)?;
             }
             loop {
@@ -429,11 +470,11 @@ impl Decoder {
                 let pts = self.frame.pts().ok_or(DecodeError::MissingPts { frame: n })?;
                 let time = time_of(pts, self.start, tb);
                 if time.cmp_exact(&t).is_ge() {
-                    self.scale(false, &mut out[i as usize * fb..(i as usize + 1) * fb], &shape)?;
+                    self.scale(false, &mut out[slot(i) * fb..(slot(i) + 1) * fb], &shape)?;
                     timestamps.push(time.to_f64());
                     std::mem::swap(&mut self.frame, &mut self.last);
                     have_last = Some(time);
-                    last_slot = Some(i as usize);
+                    last_slot = Some(slot(i));
                     i += 1;
                     continue 'targets;
                 }
@@ -443,7 +484,7 @@ impl Decoder {
                 last_slot = None;
             }
         }
-        if i < f {
+        if i < range.end {
             // The stream ended first: the remaining targets take the last decoded frame.
             let Some(lt) = have_last else { return Err(DecodeError::NoFrames) };
             self.check_end(lt)?;
@@ -451,14 +492,14 @@ impl Decoder {
                 Some(s) => s,
                 None => {
                     self.stats.frames_discarded = self.stats.frames_discarded.saturating_sub(1);
-                    self.scale(true, &mut out[i as usize * fb..(i as usize + 1) * fb], &shape)?;
+                    self.scale(true, &mut out[slot(i) * fb..(slot(i) + 1) * fb], &shape)?;
                     timestamps.push(lt.to_f64());
                     i += 1;
-                    i as usize - 1
+                    slot(i) - 1
                 }
             };
-            while i < f {
-                out.copy_within(first * fb..(first + 1) * fb, i as usize * fb);
+            while i < range.end {
+                out.copy_within(first * fb..(first + 1) * fb, slot(i) * fb);
                 timestamps.push(lt.to_f64());
                 i += 1;
             }

@@ -23,8 +23,9 @@
 //! | piece | where |
 //! |---|---|
 //! | preprocessing arithmetic (sizes, targets, tokens, seek-or-scan choice) | [`sample`] |
-//! | sampled and all-frames decoding | [`decoder`] |
+//! | sampled decoding (whole, or a range of the targets) and all-frames decoding | [`decoder`] |
 //! | worker pool: EDF queue, byte-budgeted buffers, per-sample errors | [`pool`] |
+//! | one sample in pieces: target ranges cut at predicted keyframes, decoded on different ranks | [`split`] |
 //! | decode-cost model `c0 + c_px·px + c_bits·bits + c_seek·discarded`, per codec | [`cost`] |
 //!
 //! Not done here: hardware decoders, audio, codecs outside the protocol's set (they may decode,
@@ -36,6 +37,8 @@ pub mod decoder;
 pub mod ffmpeg;
 pub mod pool;
 pub mod sample;
+pub mod split;
 
 pub use decoder::{AllFrames, DecodeError, DecodeStats, Decoded, Decoder, Shape};
 pub use sample::{Params, Strategy};
+pub use split::FrameRange;

@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::clock::thread_cpu_seconds;
-use super::{AllFrames, DecodeError, Decoded, Decoder, Params, Strategy};
+use super::{AllFrames, DecodeError, Decoded, Decoder, FrameRange, Params, Strategy};
 use crate::descriptor::Descriptor;
 
 /// What to decode.
@@ -58,12 +58,16 @@ pub struct Job {
     pub mode: Mode,
     /// Force a strategy (otherwise chosen from the descriptor, or scan without one).
     pub strategy: Option<Strategy>,
+    /// Decode only these target frames (a piece of the sample, from
+    /// [`split_targets`](super::split::split_targets)); `None` decodes the whole sample. Sampled
+    /// mode only: [`Mode::AllFrames`] decodes every frame whatever this says.
+    pub frames: Option<FrameRange>,
 }
 
 impl Job {
-    /// A sampled decode of `path` with no descriptor.
+    /// A sampled decode of the whole of `path`, with no descriptor.
     pub fn sampled(id: u64, path: PathBuf, deadline: u64) -> Job {
-        Job { id, path, deadline, descriptor: None, mode: Mode::Sampled, strategy: None }
+        Job { id, path, deadline, descriptor: None, mode: Mode::Sampled, strategy: None, frames: None }
     }
 }
 
@@ -142,7 +146,7 @@ impl Drop for Tensor {
 pub enum Output {
     /// Sampled frames: the tensor and how it was made.
     Sampled {
-        /// Packed RGB24 `[F, H', W', 3]`.
+        /// Packed RGB24 `[F, H', W', 3]` (`F` the job's range of target frames, when it has one).
         tensor: Tensor,
         /// Shape, timestamps, work counters.
         decoded: Decoded,
@@ -462,18 +466,23 @@ fn run_job(job: &Job, buffers: &Arc<Buffers>, params: &Params) -> Option<JobResu
             return Ok(Some(Output::AllFrames(dec.decode_all_frames()?)));
         }
         let shape = dec.shape(params)?;
-        let need = shape.bytes();
+        let range = job.frames.unwrap_or(FrameRange::whole(shape.frames));
+        if range.is_empty() || range.end > shape.frames {
+            let (start, end, frames) = (range.start, range.end, shape.frames);
+            return Err(DecodeError::BadRange { start, end, frames }.into());
+        }
+        let need = range.len() as usize * shape.frame_bytes();
         if need > buffers.budget {
             return Err(Failure::TooLarge { need, budget: buffers.budget });
         }
         let strategy = job.strategy.unwrap_or_else(|| match &job.descriptor {
-            Some(d) => Strategy::choose(d.keyint, d.frames, shape.frames),
+            Some(d) => Strategy::choose(d.keyint, d.frames, range.len()),
             None => Strategy::Scan,
         });
         let w0 = Instant::now();
         let Some(mut buf) = buffers.acquire(need) else { return Ok(None) };
         waited = w0.elapsed().as_secs_f64();
-        match dec.decode_into(params, strategy, &mut buf) {
+        match dec.decode_range_into(params, strategy, range, &mut buf) {
             Ok(decoded) => {
                 Ok(Some(Output::Sampled { tensor: Tensor { buf, pool: buffers.clone() }, decoded }))
             }

@@ -496,6 +496,7 @@ impl<'w> Loader<'w> {
                 descriptor: Some(desc),
                 mode: Mode::Sampled,
                 strategy: None,
+                frames: None,
             });
             self.outstanding.insert((t, usable[i as usize]), input.samples[i as usize].decode_s);
         }
