@@ -268,6 +268,73 @@ pub trait Collective {
         Ok((0..n).map(|p| recv[recv_displs[p]..recv_displs[p] + recv_counts[p]].to_vec()).collect())
     }
 
+    /// Sends `blocks[p]` to every rank `p` with `send[p]` and receives one block from every rank
+    /// `p` with `expect[p]`: a sparse all-to-all where both sides already know who sends to whom
+    /// (e.g. from a plan every rank holds) but not the sizes, which may be zero. The sizes travel
+    /// first, then the data, each in one [`Collective::all_to_all_v`] with zero counts between
+    /// pairs that exchange nothing — which MPI carries point to point, so a rank waits only for
+    /// its own partners, not for the slowest rank of the job. Every rank must call it (it is a
+    /// collective on backends that need one). Returns the received blocks in rank order, empty
+    /// where nothing was expected; this rank's own block is passed through.
+    ///
+    /// The two sides must agree (`send[q]` on rank `p` equals `expect[p]` on rank `q`): a rank
+    /// expecting a block that never comes is a bug that ends in the collective watchdog.
+    fn exchange_vec(&self, blocks: &[Vec<u8>], send: &[bool], expect: &[bool]) -> Result<Vec<Vec<u8>>> {
+        let n = self.size();
+        let me = self.rank();
+        if blocks.len() != n || send.len() != n || expect.len() != n {
+            return Err(CollectiveError::InvalidArgument {
+                site: self.site_now(CollectiveOp::AllToAllV),
+                what: format!(
+                    "{} blocks, {} send flags and {} expectations for {} ranks",
+                    blocks.len(),
+                    send.len(),
+                    expect.len(),
+                    n
+                ),
+            });
+        }
+        let sends: Vec<usize> = (0..n).map(|p| if p != me && send[p] { 8 } else { 0 }).collect();
+        let recvs: Vec<usize> = (0..n).map(|p| if p != me && expect[p] { 8 } else { 0 }).collect();
+        let sizes: Vec<u8> =
+            (0..n).filter(|&p| sends[p] > 0).flat_map(|p| (blocks[p].len() as u64).to_le_bytes()).collect();
+        let mut got = vec![0u8; recvs.iter().sum()];
+        self.all_to_all_v(&sizes, &sends, &prefix_sums(&sends), &mut got, &recvs, &prefix_sums(&recvs))?;
+        let got_displs = prefix_sums(&recvs);
+        let recv_counts: Vec<usize> = (0..n)
+            .map(|p| {
+                if recvs[p] == 0 {
+                    return 0;
+                }
+                let at = got_displs[p];
+                u64::from_le_bytes(got[at..at + 8].try_into().unwrap_or([0; 8])) as usize
+            })
+            .collect();
+        let send_counts: Vec<usize> =
+            (0..n).map(|p| if sends[p] > 0 { blocks[p].len() } else { 0 }).collect();
+        let data: Vec<u8> =
+            (0..n).filter(|&p| sends[p] > 0).flat_map(|p| blocks[p].iter().copied()).collect();
+        let recv_displs = prefix_sums(&recv_counts);
+        let mut recv = vec![0u8; recv_counts.iter().sum()];
+        self.all_to_all_v(
+            &data,
+            &send_counts,
+            &prefix_sums(&send_counts),
+            &mut recv,
+            &recv_counts,
+            &recv_displs,
+        )?;
+        Ok((0..n)
+            .map(|p| {
+                if p == me {
+                    blocks[me].clone()
+                } else {
+                    recv[recv_displs[p]..recv_displs[p] + recv_counts[p]].to_vec()
+                }
+            })
+            .collect())
+    }
+
     /// Checks that every rank holds the same `value` (e.g. a plan hash); `Ok(false)` if any differs.
     fn agree(&self, value: u64) -> Result<bool> {
         let (mut hi, mut lo) = ([value], [value]);

@@ -91,6 +91,11 @@ fn every_policy_delivers_exactly_once_and_skips_the_same_bad_samples() {
         if policy == "helix" {
             extra.push("--no-cpu-budget");
         }
+        if policy == "helix-placement" {
+            // Every clip with a keyframe between its sampled frames decodes in pieces, the
+            // damaged one included: a failed piece must skip its sample like a failed decode.
+            extra.extend(["--split-above", "0"]);
+        }
         let result = train(dir, policy, &out.path().join(format!("{policy}.json")), &extra);
         let skipped = assert_exactly_once(&result, &ids);
         let total: usize = skipped.values().map(Vec::len).sum();
@@ -147,6 +152,37 @@ fn every_policy_delivers_exactly_once_and_skips_the_same_bad_samples() {
         b.sort();
         assert_eq!(a, b, "{policy} skipped differently from rank-local");
     }
+}
+
+/// Per step, the wrapping sum over ranks of the delivered tensors' checksums (independent of
+/// which rank trains which sample).
+fn step_checksums(result: &Value) -> BTreeMap<u64, u64> {
+    let mut sums = BTreeMap::new();
+    for r in result["records"].as_array().unwrap() {
+        let c = r["tensor_checksum"].as_u64().expect("run with --checksums");
+        let e = sums.entry(r["step"].as_u64().unwrap()).or_insert(0u64);
+        *e = e.wrapping_add(c);
+    }
+    sums
+}
+
+#[test]
+fn samples_decoded_in_pieces_on_several_ranks_are_the_bytes_of_whole_decodes() {
+    let dir = common::tiny_dataset();
+    let ids = manifest_ids(&dir);
+    let out = tempfile::tempdir().unwrap();
+    let whole = train(&dir, "rank-local", &out.path().join("whole.json"), &["--checksums"]);
+    let trace = out.path().join("pieces.trace.json");
+    let extra = ["--checksums", "--split-above", "0", "--trace", trace.to_str().unwrap()];
+    let pieces = train(&dir, "helix", &out.path().join("pieces.json"), &extra);
+    assert_exactly_once(&pieces, &ids);
+    assert_eq!(step_checksums(&pieces), step_checksums(&whole), "assembled pieces differ from whole decodes");
+    // Pieces were really decoded, and some on a rank other than their sample's owner.
+    let t: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let names: Vec<&str> =
+        t["traceEvents"].as_array().unwrap().iter().filter_map(|e| e["name"].as_str()).collect();
+    assert!(names.iter().any(|n| n.starts_with("decode ") && n.contains(" frames ")), "no piece was decoded");
+    assert!(pieces["summary"]["bytes_moved"].as_u64().unwrap() > 0, "no piece moved between ranks");
 }
 
 #[test]

@@ -271,6 +271,32 @@ fn semantics(world: &mut World, large: bool) -> i32 {
         ),
         Err(e) => checks.expect(false, || format!("all_to_all_v_vec: {e}")),
     }
+    // Sparse exchange: rank r sends to p only when (r + p) % 3 == 1; everyone else is left out.
+    // Odd ranks send empty blocks (announced, zero bytes).
+    let pairs = |a: usize, b: usize| a != b && (a + b) % 3 == 1;
+    let size = |r: usize| (r + 1) % 2 * (r + 1) * 37;
+    let blocks: Vec<Vec<u8>> = (0..n)
+        .map(|p| {
+            let mut b = if pairs(rank, p) { vec![0u8; size(rank)] } else { Vec::new() };
+            check::fill(rank, p * 10_000, &mut b);
+            b
+        })
+        .collect();
+    let expect: Vec<bool> = (0..n).map(|p| pairs(p, rank)).collect();
+    let send: Vec<bool> = (0..n).map(|p| pairs(rank, p)).collect();
+    match c.exchange_vec(&blocks, &send, &expect) {
+        Ok(got) => checks.expect(
+            got.iter().enumerate().all(|(p, b)| {
+                if pairs(p, rank) {
+                    b.len() == size(p) && check::mismatches(p, rank * 10_000, b).0 == 0
+                } else {
+                    b.is_empty()
+                }
+            }),
+            || "exchange_vec wrong".into(),
+        ),
+        Err(e) => checks.expect(false, || format!("exchange_vec: {e}")),
+    }
     // Bad arguments (the same on every rank) are errors on every rank, not hangs.
     let mut recv = vec![0u8; 4];
     let bad = c.all_to_all_v(&[0u8; 4], &vec![4; n], &vec![0; n], &mut recv, &vec![4; n], &vec![1; n]);

@@ -44,7 +44,11 @@ pub struct TrainArgs {
     /// The hidden model profile c0,a,b,sigma (seconds).
     #[arg(long, default_value = "0.05,2e-5,2e-9,0.05")]
     pub profile: Profile,
-    /// Steps decoded ahead (prefetch).
+    /// Placement policies: decode every sample predicted to take longer than this many seconds
+    /// in pieces split at keyframes, late or not (default: only samples that would be late).
+    #[arg(long)]
+    pub split_above: Option<f64>,
+    /// Steps decoded ahead of the one in training (prefetch; the protocol allows 2).
     #[arg(long, default_value_t = 2)]
     pub lookahead: usize,
     /// Bytes of decoded tensors a rank's pool may hold, MiB.
@@ -105,6 +109,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     cfg.seed = args.seed;
     cfg.steps = args.steps;
     cfg.lookahead = args.lookahead;
+    cfg.split_above_s = args.split_above;
     cfg.budget_bytes = args.budget_mib << 20;
     cfg.cpu_budget = !args.no_cpu_budget;
     cfg.cores = cores;
@@ -136,7 +141,9 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         let in_hand = Instant::now();
         let tokens: Vec<u64> = batch.samples.iter().map(|s| s.tokens).collect();
         let gpu_s = args.profile.step_seconds(&tokens, args.seed, step, rank as u64);
-        // The accelerator runs asynchronously: the rank sleeps for what is left of the step.
+        // The accelerator runs asynchronously: the loader plans ahead meanwhile, and the rank
+        // sleeps for what is left of the step.
+        loader.prepare_ahead().map_err(fail)?;
         let left = Duration::from_secs_f64(gpu_s).saturating_sub(in_hand.elapsed());
         std::thread::sleep(left);
         let compute_end = t0.elapsed().as_secs_f64();

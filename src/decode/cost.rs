@@ -271,10 +271,15 @@ impl CostModel {
 
     /// Predicted decode seconds of a sample.
     pub fn predict(&self, d: &Descriptor, params: &Params) -> f64 {
-        let f = Features::predict(d, params);
-        match self.fits.get(&d.codec) {
-            Some(fit) => fit.predict(&f),
-            None => Coefficients::prior(d.codec).predict(&f),
+        self.predict_features(d.codec, &Features::predict(d, params))
+    }
+
+    /// Predicted decode seconds of a decode given as the model's features (e.g. one piece of a
+    /// split sample).
+    pub fn predict_features(&self, codec: Codec, f: &Features) -> f64 {
+        match self.fits.get(&codec) {
+            Some(fit) => fit.predict(f),
+            None => Coefficients::prior(codec).predict(f),
         }
     }
 

@@ -1,24 +1,27 @@
-//! Moving decoded tensors between ranks: a self-describing message per sample (header + raw or
-//! zstd-compressed bytes), packed per destination for one `all_to_all_v`.
+//! Moving decoded tensors between ranks: a self-describing message per sample, or per piece of a
+//! sample decoded in parts (header + raw or zstd-compressed bytes), packed per destination for
+//! one exchange.
 //!
 //! ```
 //! use datahelix::exec::exchange::{pack, unpack, Piece};
 //!
-//! let piece = Piece { index: 3, id: 99, shape: [2, 28, 28, 3], tokens: 7, ok: true, data: vec![5u8; 2 * 28 * 28 * 3] };
+//! let piece = Piece { index: 3, part: 1, id: 99, shape: [2, 28, 28, 3], tokens: 7, ok: true, data: vec![5u8; 2 * 28 * 28 * 3] };
 //! let mut buf = Vec::new();
 //! pack(&mut buf, &piece, true).unwrap();        // compressed with zstd level 1
 //! let back = unpack(&buf).unwrap();
 //! assert_eq!(back, vec![piece]);
 //! ```
 
-/// One sample on the wire.
+/// One sample, or one piece of a split sample, on the wire.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Piece {
     /// Index of the sample in its step's batch.
     pub index: u32,
+    /// Which piece of the sample (0 for a whole sample).
+    pub part: u16,
     /// Sample id.
     pub id: u64,
-    /// `[F, H, W, 3]`.
+    /// `[F, H, W, 3]` of these bytes (a piece's frames only).
     pub shape: [usize; 4],
     /// Tokens it gives the accelerator.
     pub tokens: u64,
@@ -37,24 +40,33 @@ pub struct ExchangeError(pub String);
 
 /// Appends `piece` to `out`, zstd-compressed (level 1) when `compress`.
 pub fn pack(out: &mut Vec<u8>, piece: &Piece, compress: bool) -> Result<(), ExchangeError> {
-    let payload = if compress && !piece.data.is_empty() {
-        zstd::bulk::compress(&piece.data, 1).map_err(|e| ExchangeError(format!("zstd: {e}")))?
+    pack_data(out, piece, &piece.data, compress)
+}
+
+/// Appends `piece`'s header with `data` as its bytes (`piece.data` is not read): one copy of a
+/// tensor that lives elsewhere, e.g. in a pool buffer.
+pub fn pack_data(out: &mut Vec<u8>, piece: &Piece, data: &[u8], compress: bool) -> Result<(), ExchangeError> {
+    let compressed;
+    let payload: &[u8] = if compress && !data.is_empty() {
+        compressed = zstd::bulk::compress(data, 1).map_err(|e| ExchangeError(format!("zstd: {e}")))?;
+        &compressed
     } else {
-        piece.data.clone()
+        data
     };
     let mut h = [0u8; HEADER];
     h[0..4].copy_from_slice(&piece.index.to_le_bytes());
     h[4] = piece.ok as u8;
-    h[5] = (compress && !piece.data.is_empty()) as u8;
+    h[5] = (compress && !data.is_empty()) as u8;
+    h[6..8].copy_from_slice(&piece.part.to_le_bytes());
     h[8..16].copy_from_slice(&piece.id.to_le_bytes());
     for (k, d) in piece.shape.iter().enumerate() {
         h[16 + 4 * k..20 + 4 * k].copy_from_slice(&(*d as u32).to_le_bytes());
     }
     h[32..40].copy_from_slice(&piece.tokens.to_le_bytes());
-    h[40..48].copy_from_slice(&(piece.data.len() as u64).to_le_bytes());
+    h[40..48].copy_from_slice(&(data.len() as u64).to_le_bytes());
     h[48..56].copy_from_slice(&(payload.len() as u64).to_le_bytes());
     out.extend_from_slice(&h);
-    out.extend_from_slice(&payload);
+    out.extend_from_slice(payload);
     Ok(())
 }
 
@@ -85,6 +97,7 @@ pub fn unpack(mut block: &[u8]) -> Result<Vec<Piece>, ExchangeError> {
             |k: usize| u32::from_le_bytes(h[16 + 4 * k..20 + 4 * k].try_into().unwrap_or([0; 4])) as usize;
         out.push(Piece {
             index: u32::from_le_bytes(h[0..4].try_into().unwrap_or([0; 4])),
+            part: u16::from_le_bytes([h[6], h[7]]),
             ok: h[4] == 1,
             id: u64_at(h, 8),
             shape: [dim(0), dim(1), dim(2), dim(3)],
@@ -104,13 +117,14 @@ mod tests {
     fn raw_failed_and_garbage() {
         let ok = Piece {
             index: 1,
+            part: 2,
             id: u64::MAX,
             shape: [1, 28, 56, 3],
             tokens: 2,
             ok: true,
             data: (0..4704u32).map(|x| x as u8).collect(),
         };
-        let failed = Piece { index: 2, id: 5, shape: [0; 4], tokens: 0, ok: false, data: vec![] };
+        let failed = Piece { index: 2, part: 0, id: 5, shape: [0; 4], tokens: 0, ok: false, data: vec![] };
         let mut buf = Vec::new();
         pack(&mut buf, &ok, false).unwrap();
         pack(&mut buf, &failed, true).unwrap();

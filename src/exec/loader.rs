@@ -6,7 +6,7 @@
 //! 1. all-gathers every rank's fixed-size step record (measured step time, tokens, queued decode
 //!    work, decode timings, failed samples) and feeds the cost models in rank order, so every
 //!    rank holds the same models;
-//! 2. plans the steps up to `lookahead` ahead that are not planned yet and submits this rank's
+//! 2. plans the steps up to `lookahead` beyond this one that are not planned yet and submits this rank's
 //!    decode jobs to its worker pool in plan order (the pool runs while the accelerator works);
 //! 3. waits for this rank's decodes of the current step, then moves tensors decoded for other
 //!    ranks in one all-to-all-v (only when the plan moves any — every rank knows from the plan);
@@ -28,7 +28,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -37,6 +37,7 @@ use crate::cost::accel::{AccelFit, AccelModel, TokenFormula};
 use crate::decode::cost::{output_bytes, CostModel, Features};
 use crate::decode::pool::{Job, Mode, Output, Pool, PoolConfig, Tensor};
 use crate::decode::sample::{output_shape, Params};
+use crate::decode::split::FrameRange;
 use crate::descriptor::{Codec, Descriptor};
 use crate::exec::cgroup::CpuGroup;
 use crate::exec::exchange::{self, Piece};
@@ -44,7 +45,8 @@ use crate::index::{Index, IndexError};
 use crate::metrics::Span;
 use crate::plan::rebalance::{self, Decoded};
 use crate::plan::record::{DecodeObservation, StepRecord};
-use crate::plan::{PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
+use crate::plan::{PieceIn, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
+use crate::policy::pieces::offer_pieces;
 use crate::policy::{self, AfterDecode, Policy, StepPlan};
 use crate::sampler::Sampler;
 
@@ -63,7 +65,8 @@ pub struct LoaderConfig {
     pub seed: u64,
     /// Steps the run will take (nothing is planned beyond).
     pub steps: u64,
-    /// Steps decoded ahead (the DataLoader's prefetch; 2 by default).
+    /// Steps decoded ahead of the one in training (the DataLoader's prefetch: while step `s`
+    /// trains, steps `s+1 … s+lookahead` decode; 2 by default, the protocol's limit).
     pub lookahead: usize,
     /// Preprocessing.
     pub params: Params,
@@ -85,6 +88,9 @@ pub struct LoaderConfig {
     pub check_plan: bool,
     /// Keep trace spans.
     pub trace: bool,
+    /// Decode every sample predicted longer than this in pieces (placement policies), late or
+    /// not; `None`: only samples that one worker could not finish before their batch is due.
+    pub split_above_s: Option<f64>,
 }
 
 impl LoaderConfig {
@@ -108,6 +114,7 @@ impl LoaderConfig {
             transfer: policy::default_transfer(),
             check_plan: false,
             trace: false,
+            split_above_s: None,
         }
     }
 }
@@ -173,6 +180,13 @@ pub struct Batch {
     pub bytes_in: u64,
 }
 
+/// One decoded job's output on its way into a sample: the whole sample, or one of its pieces.
+struct Part {
+    slot: usize,
+    part: u16,
+    out: Result<([usize; 4], TensorData), u64>,
+}
+
 /// What one sample of a planned step is.
 #[derive(Clone, Copy)]
 struct Slot {
@@ -189,7 +203,22 @@ struct Planned {
     /// Per usable sample: predicted tokens and tensor bytes (exact under the protocol's
     /// preprocessing, which fixes the output shape from the header).
     predicted: Vec<(u64, u64)>,
+    /// Per decode job of the plan: the sampled frames it decodes (the whole range for a sample
+    /// decoded in one piece).
+    ranges: Vec<FrameRange>,
     plan: StepPlan,
+}
+
+impl Planned {
+    /// The batch slot of decode job `j`'s sample.
+    fn slot_of(&self, j: usize) -> usize {
+        self.usable[self.plan.jobs[j].sample as usize]
+    }
+
+    /// The rank that trains decode job `j`'s sample.
+    fn owner_of(&self, j: usize) -> usize {
+        self.plan.owner[self.plan.jobs[j].sample as usize] as usize
+    }
 }
 
 /// The executor of one rank.
@@ -214,6 +243,17 @@ pub struct Loader<'w> {
     zstd_shared: (f64, f64),
     cpu_by_step: HashMap<u64, f64>,
     next_step: u64,
+    /// `Some(s)` when [`Loader::prepare_ahead`] already planned what `next_batch` of step `s`
+    /// would.
+    prepared: Option<u64>,
+    /// The step handed over last and its predicted accelerator seconds.
+    training: Option<(u64, f64)>,
+    /// Decode jobs `(step, job)` whose tensors this rank sent, and those it received.
+    sent: HashSet<(u64, usize)>,
+    got: HashSet<(u64, usize)>,
+    /// Parts received ahead of their step (shipped while the step before trained), and bytes.
+    early: HashMap<u64, Vec<Part>>,
+    early_bytes: HashMap<u64, u64>,
     started: Instant,
     spans: Vec<Span>,
     /// Rebalances run / skipped, bytes moved between ranks (this rank's receipts).
@@ -298,6 +338,12 @@ impl<'w> Loader<'w> {
             zstd_shared: (0.0, 0.0),
             cpu_by_step: HashMap::new(),
             next_step: 0,
+            prepared: None,
+            training: None,
+            sent: HashSet::new(),
+            got: HashSet::new(),
+            early: HashMap::new(),
+            early_bytes: HashMap::new(),
             started: Instant::now(),
             spans: Vec::new(),
             counters: Counters::default(),
@@ -364,27 +410,83 @@ impl<'w> Loader<'w> {
         let s = self.next_step;
         let call = self.now();
         self.world.set_step(Some(s));
-        // The DataLoader-style baselines plan from the sampler alone: they exchange records once,
-        // for everyone's worker counts, and never again.
-        if s == 0 || self.cfg.policy.uses_records() || self.cfg.check_plan {
-            self.exchange_records(s)?;
+        if self.prepared != Some(s) {
+            self.advance(s, s)?;
         }
-        let plan_start = self.now();
-        let last = (s + self.cfg.lookahead as u64).min(self.cfg.steps.max(s + 1));
-        for t in s..last {
-            if !self.plans.contains_key(&t) {
-                self.plan_and_submit(t, s)?;
-            }
-        }
-        let plan_end = self.now();
-        self.span(0, "plan", format!("plan ≤ step {}", last - 1), plan_start, plan_end);
         let mut batch = self.collect(s)?;
         self.next_step += 1;
-        self.plans.remove(&s);
+        if let Some(p) = self.plans.remove(&s) {
+            // It trains now: its predicted time is still ahead when planning from here.
+            self.training = Some((s, p.plan.step_s()));
+        }
+        self.prepared = None;
         let end = self.now();
         batch.input_wait_s = end - call;
         self.span(0, "wait", format!("input step {s}"), call, end);
         Ok(batch)
+    }
+
+    /// Plans the step that may now start decoding — `lookahead` beyond the batch just handed
+    /// over — and submits its decode jobs: the step-record all-gather and the planning, done
+    /// while the accelerator runs instead of while the next step waits for its input. Call it
+    /// right after [`Loader::next_batch`], once the training step is launched; `next_batch`
+    /// does the same work itself when it was not called.
+    ///
+    /// ```no_run
+    /// # use datahelix::exec::loader::Loader;
+    /// # fn step(loader: &mut Loader<'_>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let batch = loader.next_batch()?;
+    /// // launch the accelerator's step on `batch` here (asynchronous), then:
+    /// loader.prepare_ahead()?;
+    /// // wait for the step, all-reduce the gradients, then:
+    /// loader.report_step(0.25, &batch);
+    /// # Ok(()) }
+    /// ```
+    pub fn prepare_ahead(&mut self) -> Result<(), ExecError> {
+        let Some(current) = self.next_step.checked_sub(1) else { return Ok(()) };
+        if self.prepared == Some(self.next_step) {
+            return Ok(());
+        }
+        self.advance(current, self.next_step)?;
+        self.prepared = Some(self.next_step);
+        // Ship what is decoded already for the next step, while the accelerator runs.
+        let next = self.next_step;
+        let moves = self
+            .plans
+            .get(&next)
+            .is_some_and(|p| (0..p.plan.jobs.len()).any(|j| p.plan.decoder[j] as usize != p.owner_of(j)));
+        if moves {
+            let t0 = self.now();
+            let (received, bytes) = self.ship(next, false)?;
+            self.early.entry(next).or_default().extend(received);
+            *self.early_bytes.entry(next).or_default() += bytes;
+            let t1 = self.now();
+            self.span(0, "transfer", format!("early placement step {next}"), t0, t1);
+        }
+        Ok(())
+    }
+
+    /// Plans the steps from `from` through `current + lookahead` that are not planned yet (step
+    /// `current` trains now or is about to). Every rank takes the same decision, so the record
+    /// all-gather happens on all of them or none.
+    fn advance(&mut self, current: u64, from: u64) -> Result<(), ExecError> {
+        let last = (current + 1 + self.cfg.lookahead as u64).min(self.cfg.steps.max(current + 1));
+        let todo: Vec<u64> = (from..last).filter(|t| !self.plans.contains_key(t)).collect();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        // The DataLoader-style baselines plan from the sampler alone: they exchange records once,
+        // for everyone's worker counts, and never again.
+        if self.ranks.is_empty() || self.cfg.policy.uses_records() || self.cfg.check_plan {
+            self.exchange_records(current)?;
+        }
+        let plan_start = self.now();
+        for &t in &todo {
+            self.plan_and_submit(t, current)?;
+        }
+        let plan_end = self.now();
+        self.span(0, "plan", format!("plan ≤ step {}", last - 1), plan_start, plan_end);
+        Ok(())
     }
 
     fn exchange_records(&mut self, s: u64) -> Result<(), ExecError> {
@@ -442,21 +544,42 @@ impl<'w> Loader<'w> {
             slots.push(Slot { id, pos, desc, ok });
         }
         let usable: Vec<usize> = (0..slots.len()).filter(|&k| slots[k].ok).collect();
+        // Every rank's batch of step t is due when step t−1 ends: the predicted ends of the steps
+        // already planned, from now (synchronous training: the slowest rank sets each step).
+        let due: f64 = (now_step..t)
+            .filter_map(|j| match self.plans.get(&j) {
+                Some(p) => Some(p.plan.step_s()),
+                None => self.training.filter(|x| x.0 == j).map(|x| x.1),
+            })
+            .sum();
         let mut samples = Vec::with_capacity(usable.len());
-        for &k in &usable {
+        let mut pieces = Vec::new();
+        let mut piece_ranges = Vec::new();
+        for (i, &k) in usable.iter().enumerate() {
             let d = slots[k].desc.expect("usable slots have descriptors");
             let (f, h, w) = output_shape(&d, &self.cfg.params);
+            let decode_s = self.decode_model.predict(&d, &self.cfg.params).max(0.0);
             samples.push(SampleIn {
                 id: d.id,
                 step: 0,
                 tokens: self.tokens(d.text_tokens, f, h, w),
-                decode_s: self.decode_model.predict(&d, &self.cfg.params).max(0.0),
+                decode_s,
                 bytes: output_bytes(&d, &self.cfg.params),
             });
+            // A sample one worker cannot decode before its batch is due is offered in pieces.
+            for piece in offer_pieces(
+                &d,
+                &self.cfg.params,
+                &self.decode_model,
+                decode_s,
+                due,
+                ranks,
+                self.cfg.split_above_s,
+            ) {
+                pieces.push(PieceIn { sample: i as u32, decode_s: piece.decode_s, bytes: piece.bytes });
+                piece_ranges.push(piece.frames);
+            }
         }
-        // Every rank's batch of step t is due when step t−1 ends: the predicted ends of the steps
-        // already planned, from now (synchronous training: the slowest rank sets each step).
-        let due: f64 = (now_step..t).filter_map(|j| self.plans.get(&j)).map(|p| p.plan.step_s()).sum();
         let rank_states: Vec<RankState> = (0..ranks)
             .map(|r| {
                 let reported = self.ranks.get(r).copied().unwrap_or(RankState {
@@ -475,6 +598,7 @@ impl<'w> Loader<'w> {
             accel: self.accel.model(),
             transfer: self.effective_transfer(),
             options: PlanOptions::default(),
+            pieces,
         };
         let plan =
             policy::plan_step(self.cfg.policy, t, &input).map_err(|e| ExecError::Invalid(e.to_string()))?;
@@ -485,10 +609,39 @@ impl<'w> Loader<'w> {
             )));
         }
         self.counters.predicted_misses += plan.predicted_misses;
-        for (k, &i) in plan.order[me].iter().enumerate() {
-            let slot = slots[usable[i as usize]];
+        if std::env::var_os("DH_DEBUG_PLAN").is_some() && me == 0 && !input.pieces.is_empty() {
+            eprintln!("plan step {t} due {due:.2} pieces {:?} jobs {:?} decoder {:?} owner {:?} misses {} ranks {:?} samples {:?}",
+                input.pieces.iter().map(|p| (p.sample, (p.decode_s*100.0).round()/100.0)).collect::<Vec<_>>(),
+                plan.jobs.len(), plan.decoder, plan.owner, plan.predicted_misses,
+                input.ranks.iter().map(|r| ((r.queued_cpu_s*100.0).round()/100.0, r.workers)).collect::<Vec<_>>(),
+                input.samples.iter().map(|x| (x.decode_s*100.0).round()/100.0).collect::<Vec<_>>());
+        }
+        // The frames of every decode job: whole samples, then the pieces the plan kept (a policy
+        // without placement decodes every sample whole).
+        let mut ranges: Vec<FrameRange> = usable
+            .iter()
+            .map(|&k| FrameRange::whole(output_shape(&slots[k].desc.expect("usable"), &self.cfg.params).0))
+            .collect();
+        if plan.jobs.len() > usable.len() {
+            let mut next = 0usize;
+            for (q, p) in input.pieces.iter().enumerate() {
+                let first = q == 0 || input.pieces[q - 1].sample != p.sample;
+                if first {
+                    ranges[p.sample as usize] = piece_ranges[q];
+                } else {
+                    ranges.push(piece_ranges[q]);
+                    next += 1;
+                }
+            }
+            debug_assert_eq!(usable.len() + next, plan.jobs.len());
+        }
+        for (k, &j) in plan.order[me].iter().enumerate() {
+            let job = plan.jobs[j as usize];
+            let slot = slots[usable[job.sample as usize]];
             let (pos, desc) = (slot.pos.expect("usable"), slot.desc.expect("usable"));
             let path = self.index.dir().join(self.index.path(pos)?);
+            let range = ranges[j as usize];
+            let whole = FrameRange::whole(output_shape(&desc, &self.cfg.params).0);
             self.pool.submit(Job {
                 id: slot.id,
                 path,
@@ -496,12 +649,18 @@ impl<'w> Loader<'w> {
                 descriptor: Some(desc),
                 mode: Mode::Sampled,
                 strategy: None,
-                frames: None,
+                frames: (range != whole).then_some(range),
             });
-            self.outstanding.insert((t, usable[i as usize]), input.samples[i as usize].decode_s);
+            let predicted = if range == whole {
+                input.samples[job.sample as usize].decode_s
+            } else {
+                let f = Features::predict_range(&desc, &self.cfg.params, range);
+                self.decode_model.predict_features(desc.codec, &f)
+            };
+            self.outstanding.insert((t, j as usize), predicted);
         }
         let predicted = input.samples.iter().map(|x| (x.tokens, x.bytes)).collect();
-        self.plans.insert(t, Planned { slots, usable, predicted, plan });
+        self.plans.insert(t, Planned { slots, usable, predicted, ranges, plan });
         Ok(())
     }
 
@@ -560,80 +719,53 @@ impl<'w> Loader<'w> {
         let ranks = self.world.size();
         let p =
             self.plans.get(&s).ok_or_else(|| ExecError::Invalid(format!("step {s} was never planned")))?;
-        let mine: Vec<usize> = p.plan.order[me].iter().map(|&i| p.usable[i as usize]).collect();
-        let ships = p.plan.owner.iter().zip(&p.plan.decoder).any(|(o, d)| o != d);
-        let slots = p.slots.clone();
-        // Owner of every slot: the plan's for usable ones; bad ones are reported by the rank the
-        // strided split gives them.
-        let mut owner_of = vec![u32::MAX; slots.len()];
-        for (i, &k) in p.usable.iter().enumerate() {
-            owner_of[k] = p.plan.owner[i];
+        let ships = (0..p.plan.jobs.len()).any(|j| p.plan.decoder[j] as usize != p.owner_of(j));
+        let kept: Vec<usize> =
+            p.plan.order[me].iter().map(|&j| j as usize).filter(|&j| p.owner_of(j) == me).collect();
+        let mut parts_of = vec![0u32; p.slots.len()];
+        for j in 0..p.plan.jobs.len() {
+            parts_of[p.slot_of(j)] += 1;
         }
-        let mut held: Vec<(usize, Sample)> = Vec::new();
+        let slots = p.slots.clone();
         let mut skipped: Vec<u64> = Vec::new();
         for (k, slot) in slots.iter().enumerate() {
             if !slot.ok && k % ranks == me {
                 skipped.push(slot.id);
             }
         }
-        // 1. Samples this rank decodes for others come first (their jobs run first too: earlier
-        //    deadlines), so that a slow local sample never holds the other ranks at the exchange.
-        let (shipped, kept): (Vec<usize>, Vec<usize>) =
-            mine.iter().partition(|&&k| owner_of[k] as usize != me);
-        self.wait_for(s, &shipped)?;
-        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); ranks];
-        for &k in &shipped {
-            let owner = owner_of[k] as usize;
-            let piece = match self.take(s, k, &slots)? {
-                Ok(smp) => {
-                    self.measure_zstd(&smp.data);
-                    Piece {
-                        index: k as u32,
-                        id: smp.id,
-                        shape: smp.shape,
-                        tokens: smp.tokens,
-                        ok: true,
-                        data: smp.data.to_vec(),
-                    }
-                }
-                Err(id) => {
-                    Piece { index: k as u32, id, shape: [0; 4], tokens: 0, ok: false, data: Vec::new() }
-                }
-            };
-            let z = piece.ok && self.compress(piece.data.len());
-            exchange::pack(&mut blocks[owner], &piece, z).map_err(|e| ExecError::Invalid(e.to_string()))?;
-        }
-        // 2. The exchange (every rank knows from the plan whether any tensor moves).
-        let mut bytes_in = 0u64;
+        // 1. What was not shipped while the previous step trained: this rank's jobs for others
+        //    first (they run first too: earlier deadlines), so that a slow local sample never
+        //    holds a peer waiting for its tensors.
+        let mut parts = self.early.remove(&s).unwrap_or_default();
+        let mut bytes_in = self.early_bytes.remove(&s).unwrap_or(0);
         if ships {
             let t0 = self.now();
-            let received = self.world.all_to_all_v_vec(&blocks)?;
-            for block in received {
-                bytes_in += block.len() as u64;
-                self.receive(
-                    &exchange::unpack(&block).map_err(|e| ExecError::Invalid(e.to_string()))?,
-                    &mut held,
-                    &mut skipped,
-                );
-            }
+            let (received, bytes) = self.ship(s, true)?;
+            parts.extend(received);
+            bytes_in += bytes;
             let t1 = self.now();
             self.span(0, "transfer", format!("placement step {s}"), t0, t1);
         }
-        // The samples this rank decodes for itself.
+        self.sent.retain(|&(t, _)| t != s);
+        self.got.retain(|&(t, _)| t != s);
+        // The jobs this rank decodes for itself.
         self.wait_for(s, &kept)?;
-        for &k in &kept {
-            match self.take(s, k, &slots)? {
-                Ok(smp) => held.push((k, smp)),
-                Err(id) => skipped.push(id),
-            }
+        for &j in &kept {
+            let (k, part) = {
+                let p = &self.plans[&s];
+                (p.slot_of(j), p.plan.jobs[j].part as u16)
+            };
+            parts.push(Part { slot: k, part, out: self.take(s, j)? });
         }
-        // 3. After decoding.
+        let mut held = self.assemble(parts, &parts_of, &slots, &mut skipped);
+        // 2. After decoding.
         let after = self.cfg.policy.after_decode();
         if after != AfterDecode::Nothing {
-            bytes_in += self.rebalance(s, after, &mut held, &mut skipped)?;
+            bytes_in += self.rebalance(s, after, &mut held)?;
         }
         held.sort_by_key(|(k, _)| *k);
         skipped.sort_unstable();
+        skipped.dedup();
         self.counters.bytes_in += bytes_in;
         Ok(Batch {
             step: s,
@@ -645,9 +777,144 @@ impl<'w> Loader<'w> {
         })
     }
 
-    /// Blocks until the decodes of these slots of step `s` are done.
-    fn wait_for(&mut self, s: u64, slots: &[usize]) -> Result<(), ExecError> {
-        while slots.iter().any(|&k| !self.done.contains_key(&(s, k))) {
+    /// Sends the tensors of step `s` this rank decodes for others and has not sent yet, and
+    /// receives those not received yet: all of them, waiting for the decodes (`wait`), or only
+    /// those decoded already (while the previous step trains). Senders and receivers agree on
+    /// who exchanges with whom from the plan and from what they exchanged before, so ranks with
+    /// nothing left to exchange do not wait. Returns the parts received and their bytes.
+    fn ship(&mut self, s: u64, wait: bool) -> Result<(Vec<Part>, u64), ExecError> {
+        let me = self.world.rank();
+        let ranks = self.world.size();
+        let p = &self.plans[&s];
+        let owed: Vec<usize> = p.plan.order[me]
+            .iter()
+            .map(|&j| j as usize)
+            .filter(|&j| p.owner_of(j) != me && !self.sent.contains(&(s, j)))
+            .collect();
+        let mut send = vec![false; ranks];
+        for &j in &owed {
+            send[p.owner_of(j)] = true;
+        }
+        let mut expect = vec![false; ranks];
+        for j in 0..p.plan.jobs.len() {
+            let decoder = p.plan.decoder[j] as usize;
+            if decoder != me && p.owner_of(j) == me && !self.got.contains(&(s, j)) {
+                expect[decoder] = true;
+            }
+        }
+        if wait {
+            self.wait_for(s, &owed)?;
+        } else {
+            while let Some(outcome) = self.pool.try_recv() {
+                self.absorb(outcome);
+            }
+        }
+        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); ranks];
+        for j in owed {
+            if !self.done.contains_key(&(s, j)) {
+                continue;
+            }
+            let (owner, k, part) = {
+                let p = &self.plans[&s];
+                (p.owner_of(j), p.slot_of(j), p.plan.jobs[j].part as u16)
+            };
+            let id = self.plans[&s].slots[k].id;
+            let mut header =
+                Piece { index: k as u32, part, id, shape: [0; 4], tokens: 0, ok: false, data: Vec::new() };
+            let packed = match self.take(s, j)? {
+                Ok((shape, data)) => {
+                    self.measure_zstd(&data);
+                    header.shape = shape;
+                    header.ok = true;
+                    let z = self.compress(data.len());
+                    exchange::pack_data(&mut blocks[owner], &header, &data, z)
+                }
+                Err(_) => exchange::pack(&mut blocks[owner], &header, false),
+            };
+            packed.map_err(|e| ExecError::Invalid(e.to_string()))?;
+            self.sent.insert((s, j));
+        }
+        let received = self.world.exchange_vec(&blocks, &send, &expect)?;
+        let mut parts = Vec::new();
+        let mut bytes = 0u64;
+        for block in received.iter().enumerate().filter(|(q, _)| *q != me).map(|(_, b)| b) {
+            bytes += block.len() as u64;
+            for piece in exchange::unpack(block).map_err(|e| ExecError::Invalid(e.to_string()))? {
+                let p = &self.plans[&s];
+                let k = piece.index as usize;
+                let job = (0..p.plan.jobs.len()).find(|&j| {
+                    p.slot_of(j) == k && p.plan.jobs[j].part == piece.part as u32 && p.owner_of(j) == me
+                });
+                let Some(j) = job else {
+                    return Err(ExecError::Invalid(format!(
+                        "rank {me} received piece {} of slot {k} of step {s}, which the plan does not send it; every rank must run the same build and plan",
+                        piece.part
+                    )));
+                };
+                self.got.insert((s, j));
+                let out =
+                    if piece.ok { Ok((piece.shape, TensorData::Owned(piece.data))) } else { Err(piece.id) };
+                parts.push(Part { slot: k, part: piece.part, out });
+            }
+        }
+        Ok((parts, bytes))
+    }
+
+    /// Samples from their decoded parts: a whole sample as it is, a split one concatenated in
+    /// piece order once every piece is in hand. A sample with a failed piece is skipped whole.
+    fn assemble(
+        &self,
+        mut parts: Vec<Part>,
+        parts_of: &[u32],
+        slots: &[Slot],
+        skipped: &mut Vec<u64>,
+    ) -> Vec<(usize, Sample)> {
+        parts.sort_by_key(|x| (x.slot, x.part));
+        let mut held = Vec::new();
+        let mut rest = parts.into_iter().peekable();
+        while let Some(first) = rest.next() {
+            let k = first.slot;
+            let mut group = vec![first];
+            while rest.peek().is_some_and(|x| x.slot == k) {
+                group.extend(rest.next());
+            }
+            let id = slots[k].id;
+            let complete = group.len() as u32 == parts_of[k] && group.iter().all(|x| x.out.is_ok());
+            if !complete {
+                if group.iter().all(|x| x.out.is_ok()) {
+                    tracing::warn!(
+                        rank = self.world.rank(),
+                        "sample {id}: {} of {} pieces arrived",
+                        group.len(),
+                        parts_of[k]
+                    );
+                }
+                skipped.push(id);
+                continue;
+            }
+            let mut outs = group.into_iter().filter_map(|x| x.out.ok());
+            let (mut shape, data) = if parts_of[k] == 1 {
+                outs.next().expect("one part")
+            } else {
+                let mut shape = [0usize; 4];
+                let mut bytes = Vec::new();
+                for (sh, d) in outs {
+                    shape = [shape[0] + sh[0], sh[1], sh[2], sh[3]];
+                    bytes.extend_from_slice(&d);
+                }
+                (shape, TensorData::Owned(bytes))
+            };
+            shape[3] = shape[3].max(3);
+            let text = slots[k].desc.map_or(0, |d| d.text_tokens);
+            let tokens = self.tokens(text, shape[0] as u32, shape[1] as u32, shape[2] as u32);
+            held.push((k, Sample { id, shape, tokens, data }));
+        }
+        held
+    }
+
+    /// Blocks until these decode jobs of step `s` are done.
+    fn wait_for(&mut self, s: u64, jobs: &[usize]) -> Result<(), ExecError> {
+        while jobs.iter().any(|&j| !self.done.contains_key(&(s, j))) {
             let Some(outcome) = self.pool.recv() else {
                 let me = self.world.rank();
                 return Err(ExecError::Invalid(format!("rank {me}: the decode pool lost jobs of step {s}")));
@@ -657,36 +924,24 @@ impl<'w> Loader<'w> {
         Ok(())
     }
 
-    /// The decoded sample of slot `k` of step `s`, or its id when decoding failed (logged and
-    /// reported in the next step record).
-    fn take(&mut self, s: u64, k: usize, slots: &[Slot]) -> Result<Result<Sample, u64>, ExecError> {
+    /// The output of decode job `j` of step `s` (`[F, H', W', 3]` of its frames and the bytes),
+    /// or its sample's id when decoding failed (logged and reported in the next step record).
+    #[allow(clippy::type_complexity)]
+    fn take(&mut self, s: u64, j: usize) -> Result<Result<([usize; 4], TensorData), u64>, ExecError> {
         let outcome = self
             .done
-            .remove(&(s, k))
-            .ok_or_else(|| ExecError::Invalid(format!("slot {k} of step {s} was not decoded")))?;
-        let text = slots[k].desc.map_or(0, |d| d.text_tokens);
+            .remove(&(s, j))
+            .ok_or_else(|| ExecError::Invalid(format!("decode job {j} of step {s} was not decoded")))?;
+        let id = outcome.id;
         match outcome.result {
             Ok(Output::Sampled { tensor, decoded }) => {
-                let sh = decoded.shape;
-                let tokens = self.tokens(text, sh.frames, sh.height, sh.width);
-                Ok(Ok(Sample { id: slots[k].id, shape: sh.dims(), tokens, data: TensorData::Pooled(tensor) }))
+                Ok(Ok((decoded.shape.dims(), TensorData::Pooled(tensor))))
             }
             Ok(Output::AllFrames(_)) => Err(ExecError::Invalid("all-frames output in a training run".into())),
             Err(e) => {
                 tracing::warn!(rank = self.world.rank(), step = s, "skipping {e}");
-                self.record.push_skip(slots[k].id);
-                Ok(Err(slots[k].id))
-            }
-        }
-    }
-
-    fn receive(&mut self, pieces: &[Piece], held: &mut Vec<(usize, Sample)>, skipped: &mut Vec<u64>) {
-        for p in pieces {
-            if p.ok {
-                let data = TensorData::Owned(p.data.clone());
-                held.push((p.index as usize, Sample { id: p.id, shape: p.shape, tokens: p.tokens, data }));
-            } else {
-                skipped.push(p.id);
+                self.record.push_skip(id);
+                Ok(Err(id))
             }
         }
     }
@@ -695,15 +950,15 @@ impl<'w> Loader<'w> {
     fn absorb(&mut self, outcome: crate::decode::pool::Outcome) {
         let me = self.world.rank();
         let (t, k) = (outcome.deadline >> 32, (outcome.deadline & 0xffff_ffff) as usize);
-        let Some(slot) =
-            self.plans.get(&t).and_then(|p| p.plan.order[me].get(k).map(|&i| p.usable[i as usize]))
-        else {
+        let Some(plan) = self.plans.get(&t) else { return };
+        let Some(j) = plan.plan.order[me].get(k).map(|&j| j as usize) else {
             return; // not ours (cannot happen: every job was submitted from a plan)
         };
-        self.outstanding.remove(&(t, slot));
+        let (desc, range) = (plan.slots[plan.slot_of(j)].desc, plan.ranges[j]);
+        self.outstanding.remove(&(t, j));
         *self.cpu_by_step.entry(t).or_default() += outcome.cpu_seconds;
-        if let (Ok(Output::Sampled { .. }), Some(d)) = (&outcome.result, self.plans[&t].slots[slot].desc) {
-            let f = Features::predict(&d, &self.cfg.params);
+        if let (Ok(Output::Sampled { .. }), Some(d)) = (&outcome.result, desc) {
+            let f = Features::predict_range(&d, &self.cfg.params, range);
             self.record.push_observation(DecodeObservation {
                 codec: d.codec.to_byte(),
                 mpixels: f.mpixels,
@@ -714,8 +969,13 @@ impl<'w> Loader<'w> {
         }
         let end = self.now();
         let lane = 1 + (k as u32 % self.workers_here.max(1));
-        self.span(lane, "decode", format!("decode {} (step {t})", outcome.id), end - outcome.seconds, end);
-        self.done.insert((t, slot), outcome);
+        let what = if range.start > 0 || plan.plan.jobs[j].part > 0 {
+            format!("decode {} frames {}..{} (step {t})", outcome.id, range.start, range.end)
+        } else {
+            format!("decode {} (step {t})", outcome.id)
+        };
+        self.span(lane, "decode", what, end - outcome.seconds, end);
+        self.done.insert((t, j), outcome);
     }
 
     /// Every rank's (batch index, tokens, bytes) of the samples it holds, in batch order (an
@@ -745,14 +1005,14 @@ impl<'w> Loader<'w> {
 
     /// After-decode balancing: post-balance's token LPT on the gathered decoded sizes, or
     /// DataHelix's cost-gated rebalance on the plan's predictions. Every rank computes the same
-    /// moves; one all-to-all-v carries them when there are any. Returns bytes received.
-    /// (`Decoded::id` holds the sample's batch index here.)
+    /// moves; one sparse exchange between the ranks concerned carries them when there are any.
+    /// Returns bytes received. (`Decoded::id` holds the sample's batch index here; a sample that
+    /// failed was already reported by the rank that held it.)
     fn rebalance(
         &mut self,
         s: u64,
         after: AfterDecode,
         held: &mut Vec<(usize, Sample)>,
-        skipped: &mut Vec<u64>,
     ) -> Result<u64, ExecError> {
         let me = self.world.rank();
         let ranks = self.world.size();
@@ -790,36 +1050,59 @@ impl<'w> Loader<'w> {
         self.counters.rebalances_run += 1;
         let t0 = self.now();
         let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); ranks];
-        for (i, to) in moves {
+        let (mut send, mut expect) = (vec![false; ranks], vec![false; ranks]);
+        for &(i, to) in &moves {
             let d = decoded[i];
-            if d.owner as usize != me {
+            let (from, to) = (d.owner as usize, to as usize);
+            if to == me && from != me {
+                expect[from] = true;
+            }
+            if from != me {
                 continue;
             }
+            send[to] = true;
             let k = d.id as usize; // the batch index travels in `id` here
-            let Some(pos) = held.iter().position(|(hk, _)| *hk == k) else { continue };
-            let (_, smp) = held.swap_remove(pos);
-            self.measure_zstd(&smp.data);
-            let piece = Piece {
-                index: k as u32,
-                id: smp.id,
-                shape: smp.shape,
-                tokens: smp.tokens,
-                ok: true,
-                data: smp.data.to_vec(),
+            let piece = match held.iter().position(|(hk, _)| *hk == k) {
+                Some(pos) => {
+                    let (_, smp) = held.swap_remove(pos);
+                    self.measure_zstd(&smp.data);
+                    Piece {
+                        index: k as u32,
+                        part: 0,
+                        id: smp.id,
+                        shape: smp.shape,
+                        tokens: smp.tokens,
+                        ok: true,
+                        data: smp.data.to_vec(),
+                    }
+                }
+                // Failed here (and reported here): the receiver expects a message all the same.
+                None => Piece {
+                    index: k as u32,
+                    part: 0,
+                    id: 0,
+                    shape: [0; 4],
+                    tokens: 0,
+                    ok: false,
+                    data: vec![],
+                },
             };
-            let z = self.compress(piece.data.len());
-            exchange::pack(&mut blocks[to as usize], &piece, z)
-                .map_err(|e| ExecError::Invalid(e.to_string()))?;
+            let z = piece.ok && self.compress(piece.data.len());
+            exchange::pack(&mut blocks[to], &piece, z).map_err(|e| ExecError::Invalid(e.to_string()))?;
         }
-        let received = self.world.all_to_all_v_vec(&blocks)?;
+        let received = self.world.exchange_vec(&blocks, &send, &expect)?;
         let mut bytes_in = 0;
         for block in received {
             bytes_in += block.len() as u64;
-            self.receive(
-                &exchange::unpack(&block).map_err(|e| ExecError::Invalid(e.to_string()))?,
-                held,
-                skipped,
-            );
+            for p in exchange::unpack(&block).map_err(|e| ExecError::Invalid(e.to_string()))? {
+                if p.ok {
+                    let data = TensorData::Owned(p.data);
+                    held.push((
+                        p.index as usize,
+                        Sample { id: p.id, shape: p.shape, tokens: p.tokens, data },
+                    ));
+                }
+            }
         }
         let t1 = self.now();
         self.span(0, "transfer", format!("rebalance step {s}"), t0, t1);

@@ -19,6 +19,20 @@ pub struct SampleIn {
     pub bytes: u64,
 }
 
+/// One piece of a sample whose decode is split across ranks (a contiguous range of its sampled
+/// frames, starting at a keyframe: [`crate::decode::split`]). A split sample is decoded as its
+/// pieces only — placement may put each piece on another rank — and is trained whole by its
+/// owner once every piece has arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PieceIn {
+    /// Index into [`PlanInput::samples`] of the sample it belongs to.
+    pub sample: u32,
+    /// Predicted decode seconds of this piece on one worker.
+    pub decode_s: f64,
+    /// Decoded bytes of this piece.
+    pub bytes: u64,
+}
+
 /// What a rank contributes to the plan (from its all-gathered step record).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RankState {
@@ -120,6 +134,10 @@ pub struct PlanInput {
     pub transfer: TransferCost,
     /// Planner knobs.
     pub options: PlanOptions,
+    /// Pieces of the samples decoded in parts, each sample's pieces together and in frame order
+    /// (at least two per split sample); empty when nothing is split.
+    #[serde(default)]
+    pub pieces: Vec<PieceIn>,
 }
 
 impl PlanInput {
@@ -145,6 +163,28 @@ impl PlanInput {
             if !(s.decode_s.is_finite() && s.decode_s >= 0.0) {
                 return Err(format!("sample {}: decode_s must be finite and ≥ 0", s.id));
             }
+        }
+        let mut seen = vec![0u32; self.samples.len()];
+        for (k, p) in self.pieces.iter().enumerate() {
+            let Some(n) = seen.get_mut(p.sample as usize) else {
+                return Err(format!("piece {k} names sample index {} of {}", p.sample, self.samples.len()));
+            };
+            if *n > 0 && self.pieces[k - 1].sample != p.sample {
+                return Err(format!(
+                    "the pieces of sample {} are not listed together",
+                    self.samples[p.sample as usize].id
+                ));
+            }
+            if !(p.decode_s.is_finite() && p.decode_s >= 0.0) {
+                return Err(format!("piece {k}: decode_s must be finite and ≥ 0"));
+            }
+            *n += 1;
+        }
+        if let Some(i) = seen.iter().position(|&n| n == 1) {
+            return Err(format!(
+                "sample {} is split into one piece; a split sample needs two or more",
+                self.samples[i].id
+            ));
         }
         if self.steps() > 1024 {
             return Err("more than 1024 lookahead steps".into());

@@ -32,7 +32,7 @@ pub mod rebalance;
 pub mod record;
 pub mod synthetic;
 
-pub use input::{Batching, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
+pub use input::{Batching, PieceIn, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
 
 use serde::Serialize;
 
@@ -67,6 +67,15 @@ pub struct BatchPrediction {
     pub bytes: u64,
 }
 
+/// One unit of decode work: a whole sample or one piece of a split one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct DecodeJob {
+    /// Index of the sample in the input.
+    pub sample: u32,
+    /// Which piece (0 for a whole sample).
+    pub part: u32,
+}
+
 /// A plan: owner and decoder of every sample, decode order per rank, and its predictions.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {
@@ -74,9 +83,13 @@ pub struct Plan {
     pub first_step: u64,
     /// Per input sample: the rank that trains it.
     pub owner: Vec<u32>,
-    /// Per input sample: the rank that decodes it.
+    /// Per decode job (see [`Plan::jobs`]): the rank that decodes it.
     pub decoder: Vec<u32>,
-    /// Per rank: input-sample indices in the order its decode workers take them.
+    /// Per decode job: the sample and piece it decodes. Jobs `0..n` are the input samples (a
+    /// split sample's first piece); the further pieces of split samples follow, in input order.
+    /// Without pieces there is one job per sample and job `i` is sample `i`.
+    pub jobs: Vec<DecodeJob>,
+    /// Per rank: decode-job indices in the order its decode workers take them.
     pub decode_order: Vec<Vec<u32>>,
     /// Per (step, rank), step-major.
     pub batches: Vec<BatchPrediction>,
@@ -88,6 +101,8 @@ pub struct Plan {
     pub predicted_misses: u64,
     /// Total predicted lateness, seconds.
     pub lateness_s: f64,
+    /// Predicted delay: the sum over steps of the latest batch's lateness, seconds.
+    pub delay_s: f64,
     /// Bytes of decoded tensors the placement sends between ranks.
     pub bytes_moved: u64,
     /// Samples decoded away from their owner.
@@ -204,17 +219,38 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
     }
     let max_load_ns: Vec<i64> =
         (0..steps).map(|k| (0..r).map(|q| accel[q * steps + k]).max().unwrap_or(0)).collect();
+    // Decode jobs: every sample, then the later pieces of split samples. A split sample's
+    // accelerator weight stays on its first job; its pieces keep their owner (no swaps).
+    let mut jobs: Vec<DecodeJob> = (0..n as u32).map(|i| DecodeJob { sample: i, part: 0 }).collect();
+    let mut job_decode: Vec<i64> = input.samples.iter().map(|s| ns(s.decode_s)).collect();
+    let mut job_bytes = mem.clone();
+    let mut split = vec![false; n];
+    let mut part = 0u32;
+    for (k, pc) in input.pieces.iter().enumerate() {
+        let i = pc.sample as usize;
+        part = if k > 0 && input.pieces[k - 1].sample == pc.sample { part + 1 } else { 0 };
+        split[i] = true;
+        if part == 0 {
+            job_decode[i] = ns(pc.decode_s);
+            job_bytes[i] = pc.bytes;
+        } else {
+            jobs.push(DecodeJob { sample: pc.sample, part });
+            job_decode.push(ns(pc.decode_s));
+            job_bytes.push(pc.bytes);
+        }
+    }
     let problem = placement::Problem {
         steps,
-        step: input.samples.iter().map(|s| s.step).collect(),
-        owner,
-        accel_ns: weight.iter().map(|&w| w as i64).collect(),
+        step: jobs.iter().map(|j| input.samples[j.sample as usize].step).collect(),
+        owner: jobs.iter().map(|j| owner[j.sample as usize]).collect(),
+        accel_ns: (0..jobs.len()).map(|j| if j < n { weight[j] as i64 } else { 0 }).collect(),
         max_load_ns,
-        decode_ns: input.samples.iter().map(|s| ns(s.decode_s)).collect(),
-        transfer_ns: input.samples.iter().map(|s| ns(input.transfer.seconds(s.bytes))).collect(),
-        bytes: mem.clone(),
+        decode_ns: job_decode,
+        transfer_ns: job_bytes.iter().map(|&b| ns(input.transfer.seconds(b))).collect(),
+        bytes: job_bytes,
         mem_cap: caps.clone(),
-        id: ids.clone(),
+        id: jobs.iter().map(|j| ids[j.sample as usize]).collect(),
+        pinned: jobs.iter().map(|j| split[j.sample as usize]).collect(),
         workers: input.ranks.iter().map(|s| s.workers).collect(),
         backlog_ns: input.ranks.iter().map(|s| ns(s.queued_cpu_s / s.workers.max(1) as f64)).collect(),
         deadline_ns: deadline.clone(),
@@ -228,7 +264,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         helpers: o.helpers_per_move,
     };
     let placed = placement::place(&problem, search);
-    let owner = placed.owner.clone();
+    let owner: Vec<u32> = placed.owner[..n].to_vec();
     // Owner swaps keep every rank within the step's largest load; recompute the loads they moved.
     let mut accel = vec![0i64; r * steps];
     for i in 0..n {
@@ -262,6 +298,9 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
     for i in 0..n {
         h.u64(ids[i]).u64(owner[i] as u64).u64(placed.decoder[i] as u64);
     }
+    for (j, job) in jobs.iter().enumerate().skip(n) {
+        h.u64(job.sample as u64).u64(job.part as u64).u64(placed.decoder[j] as u64);
+    }
     for order in &placed.order {
         h.u64(order.len() as u64);
         for &i in order {
@@ -272,16 +311,74 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         first_step: input.first_step,
         owner,
         decoder: placed.decoder,
+        jobs,
         decode_order: placed.order,
         batches,
         lower_bound_s: secs((c0 + first_lb) as i64),
         imbalance: if first_lb == 0 { 1.0 } else { first_max as f64 / first_lb as f64 },
         predicted_misses: placed.misses,
         lateness_s: secs(placed.lateness_ns),
+        delay_s: secs(placed.delay_ns),
         bytes_moved: placed.bytes_moved,
         offloads: placed.offloads,
         swaps: placed.swaps,
         cap_violations,
         hash: h.finish(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::accel::AccelModel;
+
+    /// Four ranks of one worker each; step 0 is due in 2.5 s and holds one sample that takes
+    /// 4 s to decode on one worker, plus three light ones.
+    fn heavy_step(pieces: Vec<PieceIn>) -> PlanInput {
+        let sample =
+            |id: u64, decode_s: f64| SampleIn { id, step: 0, tokens: 1000, decode_s, bytes: 1 << 20 };
+        PlanInput {
+            first_step: 5,
+            samples: vec![sample(1, 4.0), sample(2, 0.1), sample(3, 0.1), sample(4, 0.1)],
+            ranks: vec![RankState { workers: 1, accel_free_s: 2.5, queued_cpu_s: 0.0, mem_cap: 0 }; 4],
+            accel: AccelModel { c0: 0.5, a: 1e-4, b: 0.0 },
+            transfer: TransferCost::linear(20e-6, 5e9),
+            options: PlanOptions::default(),
+            pieces,
+        }
+    }
+
+    #[test]
+    fn pieces_of_a_split_sample_decode_on_different_ranks_and_meet_the_deadline() {
+        let whole = plan(&heavy_step(Vec::new())).unwrap();
+        assert_eq!(whole.predicted_misses, 1, "4 s of decode cannot finish in 2.5 s on one worker");
+        assert_eq!(whole.jobs.len(), 4);
+
+        let half = |sample| PieceIn { sample, decode_s: 2.1, bytes: 1 << 19 };
+        let split = plan(&heavy_step(vec![half(0), half(0)])).unwrap();
+        assert_eq!(split.jobs.len(), 5);
+        assert_eq!(split.jobs[4], DecodeJob { sample: 0, part: 1 });
+        assert_eq!(split.predicted_misses, 0, "two 2.1 s pieces on two ranks make it");
+        assert_ne!(split.decoder[0], split.decoder[4], "the pieces run in parallel");
+        // Every job is in exactly one rank's order.
+        let mut all: Vec<u32> = split.decode_order.concat();
+        all.sort_unstable();
+        assert_eq!(all, vec![0, 1, 2, 3, 4]);
+        assert_ne!(split.hash, whole.hash);
+        assert_eq!(plan(&heavy_step(vec![half(0), half(0)])).unwrap().hash, split.hash);
+    }
+
+    #[test]
+    fn malformed_pieces_are_refused_with_the_sample_named() {
+        let one = vec![PieceIn { sample: 0, decode_s: 1.0, bytes: 1 }];
+        assert!(plan(&heavy_step(one)).unwrap_err().to_string().contains("sample 1"));
+        let apart = vec![
+            PieceIn { sample: 0, decode_s: 1.0, bytes: 1 },
+            PieceIn { sample: 1, decode_s: 1.0, bytes: 1 },
+            PieceIn { sample: 0, decode_s: 1.0, bytes: 1 },
+        ];
+        assert!(plan(&heavy_step(apart)).is_err());
+        let outside = vec![PieceIn { sample: 9, decode_s: 1.0, bytes: 1 }; 2];
+        assert!(plan(&heavy_step(outside)).is_err());
+    }
 }

@@ -1,4 +1,5 @@
-//! Deadline-aware decode placement: which rank's CPUs decode each sample, and in what order —
+//! Deadline-aware decode placement: which rank's CPUs decode each job (a sample, or one piece of
+//! a sample split at keyframes), and in what order —
 //! decided jointly with a last adjustment of which rank trains it.
 //!
 //! Each rank's workers run earliest-deadline-first (ties: the longer job first, then the id). A
@@ -13,14 +14,15 @@
 //!   largest accelerator load (a decode-heavy sample goes to the rank whose window is longer or
 //!   whose CPUs are idle, without unbalancing the accelerators).
 //!
-//! It keeps the first change that improves the objective, in this order: fewer misses, less total
-//! lateness (fewer bytes moved breaks ties between plans: offloads are only made to improve the
-//! first two). All times are integer nanoseconds: exact and rank-independent.
+//! It keeps the first change that improves the objective, in this order: less step delay (the sum
+//! over steps of the latest batch's lateness: a synchronous step waits for its last batch), fewer
+//! misses, less total lateness (offloads are only made to improve these, so fewer bytes move). All times are integer nanoseconds: exact and rank-independent.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
-/// A placement problem: samples with owners, and each rank's workers, backlog and deadlines.
+/// A placement problem: decode jobs with owners, and each rank's workers, backlog and deadlines.
+/// ("Sample" below means a job: a whole sample or a piece of one.)
 #[derive(Clone, Debug)]
 pub struct Problem {
     /// Lookahead steps.
@@ -43,6 +45,8 @@ pub struct Problem {
     pub mem_cap: Vec<u64>,
     /// Per sample: id (ties).
     pub id: Vec<u64>,
+    /// Per job: a piece of a split sample, whose owner no swap may change.
+    pub pinned: Vec<bool>,
     /// Per rank: decode workers.
     pub workers: Vec<u32>,
     /// Per rank: when its workers free up from already-queued work.
@@ -83,6 +87,8 @@ pub struct Placement {
     pub misses: u64,
     /// Total predicted lateness.
     pub lateness_ns: i64,
+    /// Sum over steps of the latest batch's lateness: the predicted delay of the run.
+    pub delay_ns: i64,
     /// Bytes of tensors sent between ranks.
     pub bytes_moved: u64,
     /// Offloads kept.
@@ -91,8 +97,10 @@ pub struct Placement {
     pub swaps: u32,
 }
 
-/// `(misses, lateness)` of a set of batches.
-type Objective = (u64, i64);
+/// `(step delay, misses, lateness)` of a set of batches: the steps' delays first — in synchronous
+/// training a step starts when its last batch is ready, so what counts is each step's latest
+/// batch, summed over the steps concerned — then late batches, then their total lateness.
+type Objective = (i64, u64, i64);
 
 struct State<'a> {
     p: &'a Problem,
@@ -181,13 +189,30 @@ impl<'a> State<'a> {
     }
 
     fn objective_of(&self, batches: &[usize]) -> Objective {
-        let mut o = (0u64, 0i64);
+        let steps = self.p.steps;
+        let mut o = (0i64, 0u64, 0i64);
+        let mut seen = vec![false; steps];
         for &b in batches {
             let late = self.ready[b] - self.p.deadline_ns[b];
-            o.0 += (late > self.p.tolerance_ns) as u64;
-            o.1 += late.max(0);
+            o.1 += (late > self.p.tolerance_ns) as u64;
+            o.2 += late.max(0);
+            let k = b % steps;
+            if !seen[k] {
+                seen[k] = true;
+                o.0 += self.step_delay(k);
+            }
         }
         o
+    }
+
+    /// How late step `k`'s latest batch is (0 when every batch is on time).
+    fn step_delay(&self, k: usize) -> i64 {
+        let steps = self.p.steps;
+        (0..self.ranks)
+            .map(|q| self.ready[q * steps + k] - self.p.deadline_ns[q * steps + k])
+            .max()
+            .unwrap_or(0)
+            .max(0)
     }
 
     /// Batches whose readiness depends on pools `a` or `b`, or that belong to ranks `a` or `b`.
@@ -267,7 +292,7 @@ impl<'a> State<'a> {
         self.batch_samples[bq]
             .iter()
             .map(|&j| j as usize)
-            .filter(|&j| !self.remote(j) && self.p.decode_ns[j] < self.p.decode_ns[i])
+            .filter(|&j| !self.remote(j) && !self.p.pinned[j] && self.p.decode_ns[j] < self.p.decode_ns[i])
             .filter(|&j| {
                 let wj = self.p.accel_ns[j];
                 self.load[bo] - wi + wj <= cap && self.load[bq] - wj + wi <= cap
@@ -334,7 +359,7 @@ pub fn place(p: &Problem, search: Search) -> Placement {
                         }
                         s.relocate(i, owner);
                     }
-                    if search.swap_owners {
+                    if search.swap_owners && !p.pinned[i] {
                         if let Some(j) = s.swap_partner(i, h) {
                             let (before, after, batches) = s.swap_owners(i, j);
                             if after < before {
@@ -364,7 +389,7 @@ pub fn place(p: &Problem, search: Search) -> Placement {
         }
     }
     let all: Vec<usize> = (0..s.ready.len()).collect();
-    let (misses, lateness_ns) = s.objective_of(&all);
+    let (delay_ns, misses, lateness_ns) = s.objective_of(&all);
     let bytes_moved = (0..s.decoder.len()).filter(|&i| s.remote(i)).map(|i| p.bytes[i]).sum();
     Placement {
         owner: s.owner,
@@ -374,6 +399,7 @@ pub fn place(p: &Problem, search: Search) -> Placement {
         ready_ns: s.ready,
         misses,
         lateness_ns,
+        delay_ns,
         bytes_moved,
         offloads,
         swaps,

@@ -76,5 +76,6 @@ pub fn synthetic(kind: Kind, samples: usize, ranks: usize, lookahead: usize, see
         accel: PROFILE,
         transfer: TransferCost::linear(20e-6, 10e9),
         options: PlanOptions::default(),
+        pieces: Vec::new(),
     }
 }

@@ -19,6 +19,8 @@
 //! assert!(Policy::ActorPool.ships_tensors());
 //! ```
 
+pub mod pieces;
+
 use std::str::FromStr;
 
 use crate::plan::{self, Batching, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
@@ -119,9 +121,11 @@ pub struct StepPlan {
     pub step: u64,
     /// Per sample of the input (batch order): the rank that trains it.
     pub owner: Vec<u32>,
-    /// Per sample: the rank that decodes it.
+    /// Per decode job: the rank that decodes it.
     pub decoder: Vec<u32>,
-    /// Per rank: sample indices in the order its workers take them.
+    /// Per decode job: its sample and piece (job `i < n` is sample `i`; see [`plan::Plan::jobs`]).
+    pub jobs: Vec<plan::DecodeJob>,
+    /// Per rank: decode-job indices in the order its workers take them.
     pub order: Vec<Vec<u32>>,
     /// Predicted accelerator seconds per rank.
     pub accel_s: Vec<f64>,
@@ -153,7 +157,9 @@ pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPla
         Policy::HelixBatching => options.placement = false,
         Policy::HelixPlacement | Policy::Helix => options.placement = true,
     }
-    let p = plan::plan(&PlanInput { first_step: step, options, ..input.clone() })?;
+    // Only DataHelix's placement decodes a sample in pieces on several ranks.
+    let pieces = if options.placement { input.pieces.clone() } else { Vec::new() };
+    let p = plan::plan(&PlanInput { first_step: step, options, pieces, ..input.clone() })?;
     let mut decoder = p.decoder.clone();
     let mut order = p.decode_order.clone();
     if policy == Policy::ActorPool {
@@ -179,6 +185,7 @@ pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPla
         step,
         owner: p.owner.clone(),
         decoder,
+        jobs: p.jobs.clone(),
         order,
         accel_s: p.first_step_loads(),
         predicted_misses: if policy.name().starts_with("helix") { p.predicted_misses } else { 0 },

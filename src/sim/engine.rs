@@ -268,9 +268,13 @@ impl Links {
     /// sent one after another (α each plus bytes/β on its link) while it receives concurrently;
     /// the collective ends with its busiest rank. `pairs` are `(from, to, bytes)`.
     pub fn all_to_all_s(&self, ranks: usize, pairs: &[(usize, usize, u64)]) -> f64 {
-        if pairs.is_empty() {
-            return 0.0;
-        }
+        self.busy_s(ranks, pairs).into_iter().fold(0.0, f64::max)
+    }
+
+    /// Per rank, seconds it spends in a sparse exchange where `pairs` `(from, to, bytes)` move:
+    /// its messages out one after another, while it receives concurrently (0 for ranks not in
+    /// any pair).
+    pub fn busy_s(&self, ranks: usize, pairs: &[(usize, usize, u64)]) -> Vec<f64> {
         let mut send = vec![0.0f64; ranks];
         let mut recv = vec![0.0f64; ranks];
         for &(from, to, bytes) in pairs {
@@ -281,7 +285,7 @@ impl Links {
             send[from] += t;
             recv[to] += t;
         }
-        (0..ranks).map(|r| send[r].max(recv[r])).fold(0.0, f64::max)
+        (0..ranks).map(|r| send[r].max(recv[r])).collect()
     }
 
     /// Seconds of an all-gather (or all-reduce) of `bytes_per_rank` over `ranks` ranks: a

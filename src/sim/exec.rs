@@ -5,19 +5,25 @@
 //!
 //! Per step `s`, starting at `T_s` (every rank leaves the previous step's all-reduce together):
 //!
-//! 1. the step records are all-gathered (cost: an all-gather of `RECORD_BYTES` per rank) and
-//!    fed to the accelerator and decode-cost models in rank order — the loader's
-//!    `exchange_records`;
-//! 2. steps `s .. s+L−1` not yet planned are planned with `plan_step`, `accel_free_s` being the
-//!    sum of the predicted step times of the steps already planned from `s` on, and each rank's
-//!    jobs are queued in its pool, keyed `(step << 32) | position` (EDF in plan order);
-//! 3. each rank waits for its own decodes of step `s`, absorbing completions in time order
-//!    (observations for its next record, queued work released);
-//! 4. when the plan moves tensors, one all-to-all-v (a barrier: it starts when the last rank
-//!    arrives); then the policy's after-decode step: an all-gather of (index, tokens, bytes) and,
-//!    when moves are decided, another all-to-all-v;
+//! 1. (first steps only) the step records are all-gathered (an all-gather of `RECORD_BYTES` per
+//!    rank) and fed to the accelerator and decode-cost models in rank order, and steps
+//!    `s ..= s+L` are planned with `plan_step` (`accel_free_s`: the predicted step times of the
+//!    steps already planned from `s` on); each rank's jobs — whole samples, or pieces of a
+//!    sample split at keyframes (`policy::pieces`) — are queued in its pool, keyed
+//!    `(step << 32) | position` (EDF in plan order);
+//! 2. each rank waits for its own decodes of step `s`, absorbing completions in time order;
+//! 3. when the plan moves tensors, the sparse exchange: a rank enters once its jobs for others
+//!    are done and leaves when its partners have entered and its bytes have moved (ranks with
+//!    nothing to move do not wait); then the policy's after-decode step (post-balance: an
+//!    all-gather of (index, tokens, bytes) and an all-to-all-v, a barrier; helix's gate:
+//!    decided from the plan, pairwise when it moves anything);
+//! 4. the loader's `prepare_ahead`: with every batch in hand, the records are all-gathered
+//!    and step `s+L` is planned and queued — off the input-wait path;
 //! 5. the emulated accelerator runs the delivered batch (the protocol's step time, noise
 //!    included), and the all-reduce ends the step at the slowest rank.
+//!
+//! The `as-is` variant keeps the older executor for comparison: records and planning at the
+//! start of every step, a global all-to-all, and the gate behind an all-gather.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -28,12 +34,14 @@ use super::engine::{CpuPool, Done, Links, SimJob};
 use crate::cost::accel::{AccelFit, AccelModel, TokenFormula};
 use crate::decode::cost::{output_bytes, CostModel, Features};
 use crate::decode::sample::Params;
+use crate::decode::split::FrameRange;
 use crate::descriptor::Descriptor;
 use crate::emu::Profile;
 use crate::metrics::{summarize, RankStep, Summary};
 use crate::plan::rebalance::{self, Decoded};
 use crate::plan::record::{DecodeObservation, StepRecord, RECORD_BYTES};
-use crate::plan::{PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
+use crate::plan::{PieceIn, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
+use crate::policy::pieces::offer_pieces;
 use crate::policy::{self, AfterDecode, Policy, StepPlan};
 use crate::sampler::Sampler;
 
@@ -52,7 +60,7 @@ pub struct SimConfig {
     pub steps: u64,
     /// Warm-up steps (not measured).
     pub warmup: u64,
-    /// Steps decoded ahead.
+    /// Steps decoded ahead of the one in training (as the loader's).
     pub lookahead: usize,
     /// Seed of the sampler and the accelerator noise.
     pub seed: u64,
@@ -82,12 +90,14 @@ pub struct SimConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Variant {
-    /// The loader before two fixes (kept to show their effect): finished decodes counted as
-    /// queued work, and helix's gate behind an after-decode all-gather (a barrier).
+    /// The older executor (kept to show the effect of the fixes): finished decodes counted as
+    /// queued work, records and planning at the start of every step, tensors moved by a global
+    /// all-to-all, and helix's gate behind an after-decode all-gather (a barrier).
     AsIs,
     /// `src/exec/loader.rs` as it is now: finished decodes are drained before the step record is
-    /// built, and helix's gate is decided by every rank from the plan's token counts (known from
-    /// descriptors), without an after-decode barrier.
+    /// built, records and planning happen while the accelerator runs (`prepare_ahead`), tensors
+    /// move pairwise, and helix's gate is decided by every rank from the plan's token counts
+    /// (known from descriptors), without an after-decode barrier.
     #[default]
     Proposed,
 }
@@ -150,8 +160,18 @@ struct Planned {
     slots: Vec<Slot>,
     usable: Vec<usize>,
     plan: StepPlan,
-    /// Per rank: own decodes of this step not finished yet.
+    /// Per decode job: the sampled frames it decodes.
+    ranges: Vec<FrameRange>,
+    /// Per decode job: when it finished (NaN while it has not).
+    done_at: Vec<f64>,
+    /// Per rank: own decode jobs of this step not finished yet.
     left: Vec<u32>,
+}
+
+impl Planned {
+    fn owner_of(&self, j: usize) -> usize {
+        self.plan.owner[self.plan.jobs[j].sample as usize] as usize
+    }
 }
 
 /// The simulator's state over one run.
@@ -171,21 +191,23 @@ struct Sim<'a> {
     plan_max_s: f64,
     plans_made: u64,
     rebalances: (u64, u64),
+    /// The step being trained and its predicted accelerator seconds (the loader's `training`).
+    training: Option<(u64, f64)>,
 }
 
 impl<'a> Sim<'a> {
     fn absorb(&mut self, r: usize, d: Done) {
         let t = d.job.key >> 32;
-        let slot = d.job.tag as usize;
-        if let Some(p) = self.outstanding[r].remove(&(t, slot)) {
-            let _ = p;
-        }
+        let j = d.job.tag as usize;
+        self.outstanding[r].remove(&(t, j));
         *self.cpu_by_step[r].entry(t).or_default() += d.job.cpu_s;
         if let Some(pl) = self.plans.get_mut(&t) {
             pl.left[r] = pl.left[r].saturating_sub(1);
+            pl.done_at[j] = d.end_s;
+            let slot = pl.usable[pl.plan.jobs[j].sample as usize];
             if let Some(pos) = pl.slots[slot].pos {
                 let desc = &self.data.descriptors[pos];
-                let f = Features::predict(desc, &self.cfg.params);
+                let f = Features::predict_range(desc, &self.cfg.params, pl.ranges[j]);
                 self.records[r].push_observation(DecodeObservation {
                     codec: desc.codec.to_byte(),
                     mpixels: f.mpixels,
@@ -244,21 +266,31 @@ impl<'a> Sim<'a> {
             })
             .collect();
         let usable: Vec<usize> = (0..slots.len()).filter(|&k| slots[k].ok).collect();
-        let samples: Vec<SampleIn> = usable
-            .iter()
-            .map(|&k| {
-                let d = &self.data.descriptors[slots[k].pos.unwrap_or(0)];
-                let (f, h, w) = crate::decode::sample::output_shape(d, &cfg.params);
-                SampleIn {
-                    id: d.id,
-                    step: 0,
-                    tokens: cfg.formula.count(d.text_tokens, f, h, w),
-                    decode_s: self.decode_model.predict(d, &cfg.params).max(0.0),
-                    bytes: output_bytes(d, &cfg.params),
-                }
+        let due: f64 = (now_step..t)
+            .filter_map(|j| match self.plans.get(&j) {
+                Some(p) => Some(p.plan.step_s()),
+                None => self.training.filter(|x| x.0 == j).map(|x| x.1),
             })
-            .collect();
-        let due: f64 = (now_step..t).filter_map(|j| self.plans.get(&j)).map(|p| p.plan.step_s()).sum();
+            .sum();
+        let mut samples = Vec::with_capacity(usable.len());
+        let mut pieces = Vec::new();
+        let mut piece_ranges = Vec::new();
+        for (i, &k) in usable.iter().enumerate() {
+            let d = &self.data.descriptors[slots[k].pos.unwrap_or(0)];
+            let (f, h, w) = crate::decode::sample::output_shape(d, &cfg.params);
+            let decode_s = self.decode_model.predict(d, &cfg.params).max(0.0);
+            samples.push(SampleIn {
+                id: d.id,
+                step: 0,
+                tokens: cfg.formula.count(d.text_tokens, f, h, w),
+                decode_s,
+                bytes: output_bytes(d, &cfg.params),
+            });
+            for piece in offer_pieces(d, &cfg.params, &self.decode_model, decode_s, due, cfg.ranks(), None) {
+                pieces.push(PieceIn { sample: i as u32, decode_s: piece.decode_s, bytes: piece.bytes });
+                piece_ranges.push(piece.frames);
+            }
+        }
         let ranks: Vec<RankState> =
             states.iter().map(|s| RankState { accel_free_s: due, mem_cap: 0, ..*s }).collect();
         let input = PlanInput {
@@ -268,6 +300,7 @@ impl<'a> Sim<'a> {
             accel: self.accel.model(),
             transfer: cfg.planner_transfer.clone(),
             options: PlanOptions::default(),
+            pieces,
         };
         let clock = Instant::now();
         let plan = policy::plan_step(cfg.policy, t, &input).map_err(|e| format!("step {t}: {e}"))?;
@@ -276,25 +309,53 @@ impl<'a> Sim<'a> {
         self.plan_max_s = self.plan_max_s.max(took);
         self.plans_made += 1;
         let at = if cfg.charge_planner { at + took } else { at };
+        // The frames of every decode job (as the loader's): whole samples, then kept pieces.
+        let mut ranges: Vec<FrameRange> = usable
+            .iter()
+            .map(|&k| {
+                let d = &self.data.descriptors[slots[k].pos.unwrap_or(0)];
+                FrameRange::whole(crate::decode::sample::output_shape(d, &cfg.params).0)
+            })
+            .collect();
+        if plan.jobs.len() > usable.len() {
+            for (q, p) in input.pieces.iter().enumerate() {
+                if q == 0 || input.pieces[q - 1].sample != p.sample {
+                    ranges[p.sample as usize] = piece_ranges[q];
+                } else {
+                    ranges.push(piece_ranges[q]);
+                }
+            }
+        }
         let mut left = vec![0u32; cfg.ranks()];
         for (r, order) in plan.order.iter().enumerate() {
-            for (k, &i) in order.iter().enumerate() {
-                let slot = usable[i as usize];
+            for (k, &j) in order.iter().enumerate() {
+                let sample = plan.jobs[j as usize].sample as usize;
+                let slot = usable[sample];
                 let pos = slots[slot].pos.unwrap_or(0);
+                let whole_s = input.samples[sample].decode_s;
+                // A piece takes its predicted share of the sample's true decode time.
+                let (predicted, cpu_s) = if plan.jobs.len() > usable.len()
+                    && input.pieces.iter().any(|p| p.sample as usize == sample)
+                {
+                    let f =
+                        Features::predict_range(&self.data.descriptors[pos], &cfg.params, ranges[j as usize]);
+                    let piece_s =
+                        self.decode_model.predict_features(self.data.descriptors[pos].codec, &f).max(0.0);
+                    let share = if whole_s > 0.0 { piece_s / whole_s } else { 0.5 };
+                    (piece_s, self.data.decode_s[pos] * share)
+                } else {
+                    (whole_s, self.data.decode_s[pos])
+                };
                 self.pools[r].submit(
                     at,
-                    SimJob {
-                        key: (t << 32) | k as u64,
-                        id: slots[slot].id,
-                        cpu_s: self.data.decode_s[pos],
-                        tag: slot as u64,
-                    },
+                    SimJob { key: (t << 32) | k as u64, id: slots[slot].id, cpu_s, tag: j as u64 },
                 );
-                self.outstanding[r].insert((t, slot), input.samples[i as usize].decode_s);
+                self.outstanding[r].insert((t, j as usize), predicted);
                 left[r] += 1;
             }
         }
-        self.plans.insert(t, Planned { slots, usable, plan, left });
+        let jobs = plan.jobs.len();
+        self.plans.insert(t, Planned { slots, usable, plan, ranges, done_at: vec![f64::NAN; jobs], left });
         Ok(at)
     }
 }
@@ -335,6 +396,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         plan_max_s: 0.0,
         plans_made: 0,
         rebalances: (0, 0),
+        training: None,
     };
     let links = &cfg.links;
     let gather_s = links.all_gather_s(r_n, RECORD_BYTES as u64);
@@ -342,23 +404,27 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
     let after = cfg.policy.after_decode();
     let mut out: Vec<RankStep> = Vec::with_capacity(r_n * cfg.steps as usize);
     let mut now = 0.0f64;
+    let proposed = cfg.variant == Variant::Proposed;
     for s in 0..cfg.steps {
-        // 1. Records.
-        if cfg.variant == Variant::Proposed {
-            for r in 0..r_n {
-                sim.pools[r].advance_to(now);
-                while let Some(d) = sim.pools[r].take_finished() {
-                    sim.absorb(r, d);
+        // 1–2. Records and planning — done here only for what the previous step did not plan
+        //    ahead (the first steps, and every step of the as-is executor).
+        let mut at = now;
+        if !sim.plans.contains_key(&s) || !proposed {
+            if proposed {
+                for r in 0..r_n {
+                    sim.pools[r].advance_to(now);
+                    while let Some(d) = sim.pools[r].take_finished() {
+                        sim.absorb(r, d);
+                    }
                 }
             }
-        }
-        let states = sim.exchange_records(s);
-        let mut at = now + gather_s;
-        // 2. Plan what is not planned yet.
-        let last = (s + cfg.lookahead as u64).min(cfg.steps.max(s + 1));
-        for t in s..last {
-            if !sim.plans.contains_key(&t) {
-                at = sim.plan_and_submit(t, s, &states, at)?;
+            let states = sim.exchange_records(s);
+            at = now + gather_s;
+            let last = (s + 1 + cfg.lookahead as u64).min(cfg.steps.max(s + 1));
+            for t in s..last {
+                if !sim.plans.contains_key(&t) {
+                    at = sim.plan_and_submit(t, s, &states, at)?;
+                }
             }
         }
         // 3. Own decodes.
@@ -373,23 +439,50 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
             }
         }
         let p = sim.plans.remove(&s).ok_or_else(|| format!("step {s} was never planned"))?;
+        sim.training = Some((s, p.plan.step_s()));
         // Owner of each usable sample, as planned.
         let mut owner: Vec<u32> = p.plan.owner.clone();
         let mut bytes_in = vec![0u64; r_n];
         let mut in_hand = ready.clone();
-        let moved: Vec<(usize, usize, u64)> = (0..p.usable.len())
-            .filter(|&i| p.plan.owner[i] != p.plan.decoder[i])
-            .map(|i| {
-                let pos = p.slots[p.usable[i]].pos.unwrap_or(0);
+        let moved: Vec<(usize, usize, u64)> = (0..p.plan.jobs.len())
+            .filter(|&j| p.plan.decoder[j] as usize != p.owner_of(j))
+            .map(|j| {
+                let pos = p.slots[p.usable[p.plan.jobs[j].sample as usize]].pos.unwrap_or(0);
+                let (_, h, w) = crate::decode::sample::output_shape(&data.descriptors[pos], &cfg.params);
                 (
-                    p.plan.decoder[i] as usize,
-                    p.plan.owner[i] as usize,
-                    output_bytes(&data.descriptors[pos], &cfg.params),
+                    p.plan.decoder[j] as usize,
+                    p.owner_of(j),
+                    p.ranges[j].len() as u64 * h as u64 * w as u64 * 3,
                 )
             })
             .collect();
-        // 4. Placement's all-to-all, then the after-decode step.
-        if !moved.is_empty() {
+        // 4. Placement's exchange, then the after-decode step.
+        if !moved.is_empty() && proposed {
+            // Pairwise: a rank enters once its jobs for others are done, and waits only for
+            // its partners.
+            let mut enter = vec![at; r_n];
+            for (j, &t) in p.done_at.iter().enumerate() {
+                let d = p.plan.decoder[j] as usize;
+                if d != p.owner_of(j) && t.is_finite() {
+                    enter[d] = enter[d].max(t);
+                }
+            }
+            let busy = links.busy_s(r_n, &moved);
+            let mut meet = enter.clone();
+            for &(from, to, _) in &moved {
+                let both = enter[from].max(enter[to]);
+                meet[from] = meet[from].max(both);
+                meet[to] = meet[to].max(both);
+            }
+            for r in 0..r_n {
+                if busy[r] > 0.0 {
+                    in_hand[r] = in_hand[r].max(meet[r] + busy[r]);
+                }
+            }
+            for &(_, to, b) in &moved {
+                bytes_in[to] += b;
+            }
+        } else if !moved.is_empty() {
             let start = ready.iter().copied().fold(f64::MIN, f64::max);
             let end = start + links.all_to_all_s(r_n, &moved);
             in_hand.iter_mut().for_each(|x| *x = end);
@@ -443,7 +536,19 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                     .iter()
                     .map(|&(j, to)| (decoded[j].owner as usize, to as usize, decoded[j].bytes))
                     .collect();
-                end += links.all_to_all_s(r_n, &pairs);
+                if local {
+                    // The proposed gate's exchange is pairwise too: only the ranks concerned meet.
+                    let busy = links.busy_s(r_n, &pairs);
+                    let before = in_hand.clone();
+                    for &(from, to, _) in &pairs {
+                        let both = before[from].max(before[to]);
+                        in_hand[from] = in_hand[from].max(both + busy[from]);
+                        in_hand[to] = in_hand[to].max(both + busy[to]);
+                    }
+                    end = f64::NAN;
+                } else {
+                    end += links.all_to_all_s(r_n, &pairs);
+                }
                 for &(j, to) in &moves {
                     let i = by_index[j].1;
                     owner[i] = to;
@@ -453,6 +558,27 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
             if !end.is_nan() {
                 in_hand.iter_mut().for_each(|x| *x = end);
             }
+        }
+        // The loader's `prepare_ahead`: once its batch is in hand (the accelerator running),
+        // each rank joins the record all-gather, and the step that may now start decoding is
+        // planned. A rank waiting there for a slower peer loses no accelerator time.
+        let mut prepared = f64::MIN;
+        let last = (s + 1 + cfg.lookahead as u64).min(cfg.steps.max(s + 1));
+        if proposed && (s + 1..last).any(|t| !sim.plans.contains_key(&t)) {
+            for r in 0..r_n {
+                sim.pools[r].advance_to(in_hand[r] + cfg.step_overhead_s);
+                while let Some(d) = sim.pools[r].take_finished() {
+                    sim.absorb(r, d);
+                }
+            }
+            let states = sim.exchange_records(s);
+            let mut at = in_hand.iter().copied().fold(now, f64::max) + cfg.step_overhead_s + gather_s;
+            for t in s + 1..last {
+                if !sim.plans.contains_key(&t) {
+                    at = sim.plan_and_submit(t, s, &states, at)?;
+                }
+            }
+            prepared = at;
         }
         // 5. The accelerator and the all-reduce.
         let mut held: Vec<Vec<usize>> = vec![Vec::new(); r_n];
@@ -494,7 +620,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                 tensor_checksum: None,
             });
         }
-        let next = ends.iter().copied().fold(now, f64::max) + reduce_s;
+        let next = ends.iter().copied().fold(now.max(prepared), f64::max) + reduce_s;
         if std::env::var_os("DH_SIM_DEBUG").is_some() {
             let lo = ready.iter().copied().fold(f64::MAX, f64::min) - now;
             let hi = ready.iter().copied().fold(f64::MIN, f64::max) - now;
@@ -504,7 +630,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                 moved.len(),
                 p.plan.step_s(),
                 next - now,
-                states.iter().map(|x| x.queued_cpu_s).sum::<f64>(),
+                sim.outstanding.iter().flat_map(|o| o.values()).sum::<f64>(),
                 sim.accel.model(),
                 held.iter().map(Vec::len).max().unwrap_or(0)
             );

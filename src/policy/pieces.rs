@@ -1,0 +1,72 @@
+//! Which samples DataHelix offers the planner in pieces: a sample one decode worker cannot finish
+//! before its batch is due is split at keyframes ([`crate::decode::split`]) into as many pieces
+//! as that takes, so that placement may decode them on several ranks at once. The loader and the
+//! simulator both ask here, so they split alike.
+//!
+//! ```no_run
+//! # use datahelix::{decode::{cost::CostModel, sample::Params}, descriptor::Descriptor};
+//! # fn f(d: &Descriptor) {
+//! use datahelix::policy::pieces::offer_pieces;
+//!
+//! let model = CostModel::default();
+//! // 7.6 s of decode for a batch due in 4 s: two pieces where the clip has two GOPs.
+//! let pieces = offer_pieces(d, &Params::default(), &model, 7.6, 4.0, 4, None);
+//! assert!(pieces.is_empty() || pieces.len() >= 2);
+//! # }
+//! ```
+
+use crate::decode::cost::{CostModel, Features};
+use crate::decode::sample::{output_shape, Params};
+use crate::decode::split::{split_targets, FrameRange};
+use crate::descriptor::Descriptor;
+
+/// Decodes shorter than this (predicted seconds on one worker) are never split: a piece costs a
+/// seek, a keyframe and a message, which only a long decode repays.
+pub const MIN_SPLIT_S: f64 = 0.25;
+
+/// One offered piece: its frames, predicted decode seconds on one worker, and decoded bytes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Offered {
+    /// The sampled frames it decodes.
+    pub frames: FrameRange,
+    /// Predicted decode seconds on one worker.
+    pub decode_s: f64,
+    /// Decoded bytes.
+    pub bytes: u64,
+}
+
+/// The pieces to offer for a sample predicted to take `decode_s` on one worker when its batch is
+/// due in `due_s`, among `ranks` ranks; empty when it is decoded whole (it fits, it is shorter
+/// than [`MIN_SPLIT_S`], there is one rank, or the stream has no keyframe between its sampled
+/// frames). With `split_above_s`, every sample predicted longer than that is offered in as many
+/// pieces as ranks, late or not (to exercise the path; tests use 0).
+pub fn offer_pieces(
+    d: &Descriptor,
+    params: &Params,
+    model: &CostModel,
+    decode_s: f64,
+    due_s: f64,
+    ranks: usize,
+    split_above_s: Option<f64>,
+) -> Vec<Offered> {
+    let parts = match split_above_s {
+        _ if ranks < 2 => return Vec::new(),
+        Some(above) if decode_s > above => ranks as u32,
+        Some(_) => return Vec::new(),
+        None if !(due_s > 0.0) || !(decode_s > due_s) || decode_s < MIN_SPLIT_S => return Vec::new(),
+        None => (decode_s / due_s).ceil().clamp(2.0, ranks as f64) as u32,
+    };
+    let ranges = split_targets(d, params, parts);
+    if ranges.len() < 2 {
+        return Vec::new();
+    }
+    let (_, h, w) = output_shape(d, params);
+    ranges
+        .into_iter()
+        .map(|frames| Offered {
+            frames,
+            decode_s: model.predict_features(d.codec, &Features::predict_range(d, params, frames)).max(0.0),
+            bytes: frames.len() as u64 * h as u64 * w as u64 * 3,
+        })
+        .collect()
+}
