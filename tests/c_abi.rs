@@ -103,14 +103,31 @@ fn manifest_ids(dir: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// The printed records of `mpirun --tag-output`: every `[job,rank]<stdout>:` tag starts one
+/// (a rank's line and its newline may reach the pipe in separate writes, interleaved with
+/// another rank's), blank ones dropped.
+fn records(out: &str) -> Vec<String> {
+    const TAG_END: &str = "]<stdout>:";
+    let mut text = String::new();
+    let mut rest = out;
+    while let Some(i) = rest.find(TAG_END) {
+        let start = rest[..i].rfind('[').unwrap_or(i);
+        text.push_str(&rest[..start]);
+        text.push('\n');
+        rest = &rest[i + TAG_END.len()..];
+    }
+    text.push_str(rest);
+    text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()
+}
+
 /// Every step's global batch appears exactly once over the ranks' printed ids and skipped ids.
 fn assert_ids(out: &str, data: &Path, steps: u64, g: usize, seed: u64, ranks: usize) {
     let sampler = Sampler::new(&manifest_ids(data), seed);
+    let records = records(out);
     for step in 0..steps {
         let mut got = Vec::new();
         let mut lines = 0;
-        for l in out.lines() {
-            let l = l.split_once(">:").map_or(l, |(_, rest)| rest); // strip "[job,rank]<stdout>:"
+        for l in &records {
             let f: Vec<&str> = l.split(' ').collect();
             if f.len() >= 5 && f[0] == "ids" && f[1] == step.to_string() {
                 lines += 1;
@@ -126,8 +143,7 @@ fn assert_ids(out: &str, data: &Path, steps: u64, g: usize, seed: u64, ranks: us
         assert_eq!(got, want, "step {step}");
     }
     for rank in 0..ranks {
-        let done =
-            out.lines().any(|l| l.split_once(">:").map_or(l, |(_, rest)| rest) == format!("ok {rank}"));
+        let done = records.iter().any(|l| *l == format!("ok {rank}"));
         assert!(done, "rank {rank} did not finish:\n{out}");
     }
 }

@@ -5,7 +5,7 @@
 //! ```
 //! use datahelix::exec::exchange::{pack, unpack, Piece};
 //!
-//! let piece = Piece { index: 3, part: 1, id: 99, shape: [2, 28, 28, 3], tokens: 7, ok: true, data: vec![5u8; 2 * 28 * 28 * 3] };
+//! let piece = Piece { step: 7, index: 3, part: 1, id: 99, shape: [2, 28, 28, 3], tokens: 7, ok: true, data: vec![5u8; 2 * 28 * 28 * 3] };
 //! let mut buf = Vec::new();
 //! pack(&mut buf, &piece, true).unwrap();        // compressed with zstd level 1
 //! let back = unpack(&buf).unwrap();
@@ -15,6 +15,8 @@
 /// One sample, or one piece of a split sample, on the wire.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Piece {
+    /// The training step it belongs to.
+    pub step: u64,
     /// Index of the sample in its step's batch.
     pub index: u32,
     /// Which piece of the sample (0 for a whole sample).
@@ -31,7 +33,7 @@ pub struct Piece {
     pub data: Vec<u8>,
 }
 
-const HEADER: usize = 56;
+const HEADER: usize = 64;
 
 /// A malformed message (a peer running another build, or memory corruption).
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +67,7 @@ pub fn pack_data(out: &mut Vec<u8>, piece: &Piece, data: &[u8], compress: bool) 
     h[32..40].copy_from_slice(&piece.tokens.to_le_bytes());
     h[40..48].copy_from_slice(&(data.len() as u64).to_le_bytes());
     h[48..56].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    h[56..64].copy_from_slice(&piece.step.to_le_bytes());
     out.extend_from_slice(&h);
     out.extend_from_slice(payload);
     Ok(())
@@ -96,6 +99,7 @@ pub fn unpack(mut block: &[u8]) -> Result<Vec<Piece>, ExchangeError> {
         let dim =
             |k: usize| u32::from_le_bytes(h[16 + 4 * k..20 + 4 * k].try_into().unwrap_or([0; 4])) as usize;
         out.push(Piece {
+            step: u64_at(h, 56),
             index: u32::from_le_bytes(h[0..4].try_into().unwrap_or([0; 4])),
             part: u16::from_le_bytes([h[6], h[7]]),
             ok: h[4] == 1,
@@ -116,6 +120,7 @@ mod tests {
     #[test]
     fn raw_failed_and_garbage() {
         let ok = Piece {
+            step: u64::MAX,
             index: 1,
             part: 2,
             id: u64::MAX,
@@ -124,7 +129,8 @@ mod tests {
             ok: true,
             data: (0..4704u32).map(|x| x as u8).collect(),
         };
-        let failed = Piece { index: 2, part: 0, id: 5, shape: [0; 4], tokens: 0, ok: false, data: vec![] };
+        let failed =
+            Piece { step: 0, index: 2, part: 0, id: 5, shape: [0; 4], tokens: 0, ok: false, data: vec![] };
         let mut buf = Vec::new();
         pack(&mut buf, &ok, false).unwrap();
         pack(&mut buf, &failed, true).unwrap();

@@ -180,6 +180,18 @@ pub struct Batch {
     pub bytes_in: u64,
 }
 
+/// Bytes of a tensor message's header (counted in the bytes a rank receives).
+const HEADER_BYTES: u64 = 64;
+
+/// The two exchanges of a step's tensors (see [`Loader::ship`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exchange {
+    /// What is decoded already, as the step is collected.
+    Ready,
+    /// Everything left of the step, and what of the next is decoded already.
+    Rest,
+}
+
 /// One decoded job's output on its way into a sample: the whole sample, or one of its pieces.
 struct Part {
     slot: usize,
@@ -241,6 +253,8 @@ pub struct Loader<'w> {
     /// zstd (ratio, bytes/s) measured here; and the average over ranks (what decisions use).
     zstd: (f64, f64),
     zstd_shared: (f64, f64),
+    /// Tensors offered to [`Loader::measure_zstd`] so far.
+    zstd_seen: u64,
     cpu_by_step: HashMap<u64, f64>,
     next_step: u64,
     /// `Some(s)` when [`Loader::prepare_ahead`] already planned what `next_batch` of step `s`
@@ -254,6 +268,10 @@ pub struct Loader<'w> {
     /// Parts received ahead of their step (shipped while the step before trained), and bytes.
     early: HashMap<u64, Vec<Part>>,
     early_bytes: HashMap<u64, u64>,
+    /// The last step whose [`Exchange::Rest`] ran.
+    rest_done: Option<u64>,
+    /// Whether the caller calls [`Loader::prepare_ahead`] (from its first call on).
+    prepares: bool,
     started: Instant,
     spans: Vec<Span>,
     /// Rebalances run / skipped, bytes moved between ranks (this rank's receipts).
@@ -336,6 +354,7 @@ impl<'w> Loader<'w> {
             ranks: Vec::new(),
             zstd: (0.0, 0.0),
             zstd_shared: (0.0, 0.0),
+            zstd_seen: 0,
             cpu_by_step: HashMap::new(),
             next_step: 0,
             prepared: None,
@@ -344,6 +363,8 @@ impl<'w> Loader<'w> {
             got: HashSet::new(),
             early: HashMap::new(),
             early_bytes: HashMap::new(),
+            rest_done: None,
+            prepares: false,
             started: Instant::now(),
             spans: Vec::new(),
             counters: Counters::default(),
@@ -415,10 +436,10 @@ impl<'w> Loader<'w> {
         }
         let mut batch = self.collect(s)?;
         self.next_step += 1;
-        if let Some(p) = self.plans.remove(&s) {
-            // It trains now: its predicted time is still ahead when planning from here.
-            self.training = Some((s, p.plan.step_s()));
-        }
+        // Step s trains now: its plan stays until `prepare_ahead` has sent the rest of its
+        // tensors; its predicted time is still ahead when planning from here.
+        self.training = self.plans.get(&s).map(|p| (s, p.plan.step_s()));
+        self.plans.retain(|&t, _| t >= s);
         self.prepared = None;
         let end = self.now();
         batch.input_wait_s = end - call;
@@ -430,7 +451,8 @@ impl<'w> Loader<'w> {
     /// over — and submits its decode jobs: the step-record all-gather and the planning, done
     /// while the accelerator runs instead of while the next step waits for its input. Call it
     /// right after [`Loader::next_batch`], once the training step is launched; `next_batch`
-    /// does the same work itself when it was not called.
+    /// does the same work itself when it was not called. Call it on every rank at every step, or
+    /// never: from its first call on, ranks leave sending the rest of a step's tensors to it.
     ///
     /// ```no_run
     /// # use datahelix::exec::loader::Loader;
@@ -447,22 +469,22 @@ impl<'w> Loader<'w> {
         if self.prepared == Some(self.next_step) {
             return Ok(());
         }
+        self.prepares = true;
+        // The rest of the step just handed over, sent to the ranks still waiting for it, and
+        // what of the next step is decoded already — before the record all-gather, so that
+        // every rank runs the collectives in one order.
+        if self.rest_done != Some(current) && (self.moves(current) || self.moves(current + 1)) {
+            let t0 = self.now();
+            let (received, _) = self.ship(current, Exchange::Rest)?;
+            debug_assert!(received.is_empty(), "a rank with its batch in hand awaits nothing of it");
+            let t1 = self.now();
+            self.span(0, "transfer", format!("ship rest of step {current}"), t0, t1);
+        }
+        self.rest_done = Some(current);
+        self.sent.retain(|&(t, _)| t > current);
+        self.got.retain(|&(t, _)| t > current);
         self.advance(current, self.next_step)?;
         self.prepared = Some(self.next_step);
-        // Ship what is decoded already for the next step, while the accelerator runs.
-        let next = self.next_step;
-        let moves = self
-            .plans
-            .get(&next)
-            .is_some_and(|p| (0..p.plan.jobs.len()).any(|j| p.plan.decoder[j] as usize != p.owner_of(j)));
-        if moves {
-            let t0 = self.now();
-            let (received, bytes) = self.ship(next, false)?;
-            self.early.entry(next).or_default().extend(received);
-            *self.early_bytes.entry(next).or_default() += bytes;
-            let t1 = self.now();
-            self.span(0, "transfer", format!("early placement step {next}"), t0, t1);
-        }
         Ok(())
     }
 
@@ -695,11 +717,17 @@ impl<'w> Loader<'w> {
         b * (1.33 / bps + ratio / beta) < b / beta
     }
 
-    /// Measures zstd on a tensor about to be sent (every 16th, and the first).
+    /// Measures zstd level 1 on a tensor about to be sent: on its first MiB (a tensor's frames
+    /// are alike; compressing all of it would put tens of milliseconds on the exchange's path),
+    /// for the first tensor and every 16th after.
     fn measure_zstd(&mut self, data: &[u8]) {
-        if data.len() < 4096 || (self.zstd.1 > 0.0 && self.counters.bytes_in % 16 != 0) {
+        const SAMPLE: usize = 1 << 20;
+        let nth = self.zstd_seen;
+        self.zstd_seen += 1;
+        if data.len() < 4096 || (self.zstd.1 > 0.0 && nth % 16 != 0) {
             return;
         }
+        let data = &data[..data.len().min(SAMPLE)];
         let t = Instant::now();
         if let Ok(c) = zstd::bulk::compress(data, 1) {
             let secs = t.elapsed().as_secs_f64().max(1e-9);
@@ -733,21 +761,32 @@ impl<'w> Loader<'w> {
                 skipped.push(slot.id);
             }
         }
-        // 1. What was not shipped while the previous step trained: this rank's jobs for others
-        //    first (they run first too: earlier deadlines), so that a slow local sample never
-        //    holds a peer waiting for its tensors.
+        // 1. Tensors from other ranks: what came while the previous step trained, what is
+        //    decoded already; and only when something this rank needs is still missing (or the
+        //    gate will move tensors, which needs every batch whole), the rest, waiting for it.
+        //    Otherwise this rank sends its own rest while its accelerator runs
+        //    (`prepare_ahead`): a rank never waits to send, only to receive.
         let mut parts = self.early.remove(&s).unwrap_or_default();
         let mut bytes_in = self.early_bytes.remove(&s).unwrap_or(0);
+        let t0 = self.now();
         if ships {
-            let t0 = self.now();
-            let (received, bytes) = self.ship(s, true)?;
+            let (received, bytes) = self.ship(s, Exchange::Ready)?;
             parts.extend(received);
             bytes_in += bytes;
+        }
+        let rest = ships || self.moves(s + 1);
+        let gate = self.cfg.policy.after_decode() == AfterDecode::Gated && !self.gate(s).1.is_empty();
+        // Without `prepare_ahead` (never called), nobody would send the rest later: now, then.
+        if rest && (!self.awaited(s).is_empty() || gate || !self.prepares) {
+            let (received, bytes) = self.ship(s, Exchange::Rest)?;
+            parts.extend(received);
+            bytes_in += bytes;
+            self.rest_done = Some(s);
+        }
+        if ships {
             let t1 = self.now();
             self.span(0, "transfer", format!("placement step {s}"), t0, t1);
         }
-        self.sent.retain(|&(t, _)| t != s);
-        self.got.retain(|&(t, _)| t != s);
         // The jobs this rank decodes for itself.
         self.wait_for(s, &kept)?;
         for &j in &kept {
@@ -777,51 +816,92 @@ impl<'w> Loader<'w> {
         })
     }
 
-    /// Sends the tensors of step `s` this rank decodes for others and has not sent yet, and
-    /// receives those not received yet: all of them, waiting for the decodes (`wait`), or only
-    /// those decoded already (while the previous step trains). Senders and receivers agree on
-    /// who exchanges with whom from the plan and from what they exchanged before, so ranks with
-    /// nothing left to exchange do not wait. Returns the parts received and their bytes.
-    fn ship(&mut self, s: u64, wait: bool) -> Result<(Vec<Part>, u64), ExecError> {
+    /// Whether step `t`'s plan decodes any job away from its sample's owner (every rank knows).
+    fn moves(&self, t: u64) -> bool {
+        self.plans
+            .get(&t)
+            .is_some_and(|p| (0..p.plan.jobs.len()).any(|j| p.plan.decoder[j] as usize != p.owner_of(j)))
+    }
+
+    /// This rank's jobs of step `t` decoded for others and not sent yet.
+    fn owed(&self, t: u64) -> Vec<usize> {
         let me = self.world.rank();
-        let ranks = self.world.size();
-        let p = &self.plans[&s];
-        let owed: Vec<usize> = p.plan.order[me]
+        let Some(p) = self.plans.get(&t) else { return Vec::new() };
+        p.plan.order[me]
             .iter()
             .map(|&j| j as usize)
-            .filter(|&j| p.owner_of(j) != me && !self.sent.contains(&(s, j)))
-            .collect();
-        let mut send = vec![false; ranks];
-        for &j in &owed {
-            send[p.owner_of(j)] = true;
-        }
-        let mut expect = vec![false; ranks];
-        for j in 0..p.plan.jobs.len() {
-            let decoder = p.plan.decoder[j] as usize;
-            if decoder != me && p.owner_of(j) == me && !self.got.contains(&(s, j)) {
-                expect[decoder] = true;
+            .filter(|&j| p.owner_of(j) != me && !self.sent.contains(&(t, j)))
+            .collect()
+    }
+
+    /// Jobs of step `t` other ranks decode for this one, not received yet.
+    fn awaited(&self, t: u64) -> Vec<usize> {
+        let me = self.world.rank();
+        let Some(p) = self.plans.get(&t) else { return Vec::new() };
+        (0..p.plan.jobs.len())
+            .filter(|&j| {
+                p.plan.decoder[j] as usize != me && p.owner_of(j) == me && !self.got.contains(&(t, j))
+            })
+            .collect()
+    }
+
+    /// One exchange of decoded tensors between the ranks that owe each other some (every rank
+    /// calls it at the same point of the step's sequence; pairs with nothing to exchange return
+    /// at once). `Exchange::Ready` sends what of step `s` is decoded already; `Exchange::Rest`
+    /// sends all the rest of step `s` (waiting for those decodes) and what of step `s+1` is
+    /// decoded already. Both sides know from the plan and from what they exchanged before who
+    /// sends to whom. Received parts of step `s+1` are kept for it; returns step `s`'s and their
+    /// bytes.
+    fn ship(&mut self, s: u64, what: Exchange) -> Result<(Vec<Part>, u64), ExecError> {
+        let me = self.world.rank();
+        let ranks = self.world.size();
+        let steps: Vec<u64> = match what {
+            Exchange::Ready => vec![s],
+            Exchange::Rest => vec![s, s + 1],
+        };
+        let (mut send, mut expect) = (vec![false; ranks], vec![false; ranks]);
+        let mut owed: Vec<(u64, usize)> = Vec::new();
+        for &t in &steps {
+            let p = match self.plans.get(&t) {
+                Some(p) => p,
+                None => continue,
+            };
+            for j in self.owed(t) {
+                send[p.owner_of(j)] = true;
+                owed.push((t, j));
+            }
+            for j in self.awaited(t) {
+                expect[p.plan.decoder[j] as usize] = true;
             }
         }
-        if wait {
-            self.wait_for(s, &owed)?;
-        } else {
-            while let Some(outcome) = self.pool.try_recv() {
-                self.absorb(outcome);
-            }
+        if what == Exchange::Rest {
+            let rest: Vec<usize> = owed.iter().filter(|x| x.0 == s).map(|x| x.1).collect();
+            self.wait_for(s, &rest)?;
+        }
+        while let Some(outcome) = self.pool.try_recv() {
+            self.absorb(outcome);
         }
         let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); ranks];
-        for j in owed {
-            if !self.done.contains_key(&(s, j)) {
+        for (t, j) in owed {
+            if !self.done.contains_key(&(t, j)) {
                 continue;
             }
-            let (owner, k, part) = {
-                let p = &self.plans[&s];
-                (p.owner_of(j), p.slot_of(j), p.plan.jobs[j].part as u16)
+            let (owner, k, part, id) = {
+                let p = &self.plans[&t];
+                let k = p.slot_of(j);
+                (p.owner_of(j), k, p.plan.jobs[j].part as u16, p.slots[k].id)
             };
-            let id = self.plans[&s].slots[k].id;
-            let mut header =
-                Piece { index: k as u32, part, id, shape: [0; 4], tokens: 0, ok: false, data: Vec::new() };
-            let packed = match self.take(s, j)? {
+            let mut header = Piece {
+                step: t,
+                index: k as u32,
+                part,
+                id,
+                shape: [0; 4],
+                tokens: 0,
+                ok: false,
+                data: Vec::new(),
+            };
+            let packed = match self.take(t, j)? {
                 Ok((shape, data)) => {
                     self.measure_zstd(&data);
                     header.shape = shape;
@@ -832,29 +912,39 @@ impl<'w> Loader<'w> {
                 Err(_) => exchange::pack(&mut blocks[owner], &header, false),
             };
             packed.map_err(|e| ExecError::Invalid(e.to_string()))?;
-            self.sent.insert((s, j));
+            self.sent.insert((t, j));
         }
         let received = self.world.exchange_vec(&blocks, &send, &expect)?;
-        let mut parts = Vec::new();
-        let mut bytes = 0u64;
-        for block in received.iter().enumerate().filter(|(q, _)| *q != me).map(|(_, b)| b) {
-            bytes += block.len() as u64;
+        let (mut parts, mut bytes) = (Vec::new(), 0u64);
+        for (q, block) in received.iter().enumerate() {
+            if q == me {
+                continue;
+            }
             for piece in exchange::unpack(block).map_err(|e| ExecError::Invalid(e.to_string()))? {
-                let p = &self.plans[&s];
-                let k = piece.index as usize;
-                let job = (0..p.plan.jobs.len()).find(|&j| {
-                    p.slot_of(j) == k && p.plan.jobs[j].part == piece.part as u32 && p.owner_of(j) == me
+                let (t, k) = (piece.step, piece.index as usize);
+                let job = self.plans.get(&t).and_then(|p| {
+                    (0..p.plan.jobs.len()).find(|&j| {
+                        p.slot_of(j) == k && p.plan.jobs[j].part == piece.part as u32 && p.owner_of(j) == me
+                    })
                 });
                 let Some(j) = job else {
                     return Err(ExecError::Invalid(format!(
-                        "rank {me} received piece {} of slot {k} of step {s}, which the plan does not send it; every rank must run the same build and plan",
+                        "rank {me} received piece {} of slot {k} of step {t} from rank {q}, which the plan does not send it; every rank must run the same build",
                         piece.part
                     )));
                 };
-                self.got.insert((s, j));
+                self.got.insert((t, j));
+                let size = HEADER_BYTES + piece.data.len() as u64;
                 let out =
                     if piece.ok { Ok((piece.shape, TensorData::Owned(piece.data))) } else { Err(piece.id) };
-                parts.push(Part { slot: k, part: piece.part, out });
+                let part = Part { slot: k, part: piece.part, out };
+                if t == s {
+                    parts.push(part);
+                    bytes += size;
+                } else {
+                    self.early.entry(t).or_default().push(part);
+                    *self.early_bytes.entry(t).or_default() += size;
+                }
             }
         }
         Ok((parts, bytes))
@@ -978,6 +1068,29 @@ impl<'w> Loader<'w> {
         self.done.insert((t, j), outcome);
     }
 
+    /// DataHelix's cost-gated rebalance of step `s`, decided from the plan's predictions —
+    /// identical on every rank and known before any tensor is decoded (under the protocol they
+    /// are the decoded sizes, failed samples aside): the samples and the moves that pay.
+    fn gate(&self, s: u64) -> (Vec<Decoded>, Vec<(usize, u32)>) {
+        let p = &self.plans[&s];
+        let decoded: Vec<Decoded> = p
+            .usable
+            .iter()
+            .zip(&p.predicted)
+            .zip(&p.plan.owner)
+            .map(|((&k, &(tokens, bytes)), &owner)| Decoded { id: k as u64, owner, tokens, bytes })
+            .collect();
+        let d = rebalance::rebalance(
+            &decoded,
+            self.world.size(),
+            &self.accel.model(),
+            &self.effective_transfer(),
+            0.1,
+        );
+        let moves = d.moves.iter().map(|m| (m.sample, m.to)).collect();
+        (decoded, moves)
+    }
+
     /// Every rank's (batch index, tokens, bytes) of the samples it holds, in batch order (an
     /// all-gather: post-decode balancing needs the decoded sizes).
     fn gather_decoded(&self, held: &[(usize, Sample)]) -> Result<Vec<Decoded>, ExecError> {
@@ -1016,32 +1129,14 @@ impl<'w> Loader<'w> {
     ) -> Result<u64, ExecError> {
         let me = self.world.rank();
         let ranks = self.world.size();
-        let decoded: Vec<Decoded> = if after == AfterDecode::Gated {
-            // DataHelix decides from the plan's predictions, identical on every rank, without a
-            // collective: under the protocol they are the decoded sizes (failed samples aside).
-            let p = &self.plans[&s];
-            p.usable
-                .iter()
-                .zip(&p.predicted)
-                .zip(&p.plan.owner)
-                .map(|((&k, &(tokens, bytes)), &owner)| Decoded { id: k as u64, owner, tokens, bytes })
-                .collect()
-        } else {
-            self.gather_decoded(held)?
-        };
-        let moves: Vec<(usize, u32)> = match after {
-            AfterDecode::TokenBalance => policy::token_balance(&decoded, ranks),
-            AfterDecode::Gated => {
-                let d = rebalance::rebalance(
-                    &decoded,
-                    ranks,
-                    &self.accel.model(),
-                    &self.effective_transfer(),
-                    0.1,
-                );
-                d.moves.iter().map(|m| (m.sample, m.to)).collect()
+        let (decoded, moves) = match after {
+            AfterDecode::Gated => self.gate(s),
+            AfterDecode::TokenBalance => {
+                let decoded = self.gather_decoded(held)?;
+                let moves = policy::token_balance(&decoded, ranks);
+                (decoded, moves)
             }
-            AfterDecode::Nothing => Vec::new(),
+            AfterDecode::Nothing => (Vec::new(), Vec::new()),
         };
         if moves.is_empty() {
             self.counters.rebalances_skipped += 1;
@@ -1067,6 +1162,7 @@ impl<'w> Loader<'w> {
                     let (_, smp) = held.swap_remove(pos);
                     self.measure_zstd(&smp.data);
                     Piece {
+                        step: s,
                         index: k as u32,
                         part: 0,
                         id: smp.id,
@@ -1078,6 +1174,7 @@ impl<'w> Loader<'w> {
                 }
                 // Failed here (and reported here): the receiver expects a message all the same.
                 None => Piece {
+                    step: s,
                     index: k as u32,
                     part: 0,
                     id: 0,

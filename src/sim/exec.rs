@@ -12,9 +12,10 @@
 //!    sample split at keyframes (`policy::pieces`) — are queued in its pool, keyed
 //!    `(step << 32) | position` (EDF in plan order);
 //! 2. each rank waits for its own decodes of step `s`, absorbing completions in time order;
-//! 3. when the plan moves tensors, the sparse exchange: a rank enters once its jobs for others
-//!    are done and leaves when its partners have entered and its bytes have moved (ranks with
-//!    nothing to move do not wait); then the policy's after-decode step (post-balance: an
+//! 3. when the plan moves tensors, the pairwise exchange: each tensor reaches its owner once it
+//!    is decoded and moved over its link (a rank waits only for what it receives, never to
+//!    send: the loader sends the rest while its accelerator runs); then the policy's
+//!    after-decode step (post-balance: an
 //!    all-gather of (index, tokens, bytes) and an all-to-all-v, a barrier; helix's gate:
 //!    decided from the plan, pairwise when it moves anything);
 //! 4. the loader's `prepare_ahead`: with every batch in hand, the records are all-gathered
@@ -458,29 +459,19 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
             .collect();
         // 4. Placement's exchange, then the after-decode step.
         if !moved.is_empty() && proposed {
-            // Pairwise: a rank enters once its jobs for others are done, and waits only for
-            // its partners.
-            let mut enter = vec![at; r_n];
-            for (j, &t) in p.done_at.iter().enumerate() {
-                let d = p.plan.decoder[j] as usize;
-                if d != p.owner_of(j) && t.is_finite() {
-                    enter[d] = enter[d].max(t);
+            // Pairwise, and a rank never waits to send: each tensor reaches its owner once it is
+            // decoded (sent at the step's start when done by then) and moved over its link.
+            for j in 0..p.plan.jobs.len() {
+                let (from, to) = (p.plan.decoder[j] as usize, p.owner_of(j));
+                if from == to {
+                    continue;
                 }
-            }
-            let busy = links.busy_s(r_n, &moved);
-            let mut meet = enter.clone();
-            for &(from, to, _) in &moved {
-                let both = enter[from].max(enter[to]);
-                meet[from] = meet[from].max(both);
-                meet[to] = meet[to].max(both);
-            }
-            for r in 0..r_n {
-                if busy[r] > 0.0 {
-                    in_hand[r] = in_hand[r].max(meet[r] + busy[r]);
-                }
-            }
-            for &(_, to, b) in &moved {
-                bytes_in[to] += b;
+                let pos = p.slots[p.usable[p.plan.jobs[j].sample as usize]].pos.unwrap_or(0);
+                let (_, h, w) = crate::decode::sample::output_shape(&data.descriptors[pos], &cfg.params);
+                let bytes = p.ranges[j].len() as u64 * h as u64 * w as u64 * 3;
+                let done = if p.done_at[j].is_finite() { p.done_at[j] } else { at };
+                in_hand[to] = in_hand[to].max(done.max(at) + links.between(from, to).seconds(bytes));
+                bytes_in[to] += bytes;
             }
         } else if !moved.is_empty() {
             let start = ready.iter().copied().fold(f64::MIN, f64::max);
