@@ -97,6 +97,34 @@ pub struct Placement {
     pub swaps: u32,
 }
 
+/// The maximum of `n` values kept up to date under single-value changes: a binary tree over
+/// them in an array (`O(log n)` per change, `O(1)` for the maximum).
+#[derive(Clone, Debug)]
+struct MaxTree {
+    n: usize,
+    node: Vec<i64>,
+}
+
+impl MaxTree {
+    fn new(n: usize) -> MaxTree {
+        MaxTree { n: n.max(1), node: vec![i64::MIN; 2 * n.max(1)] }
+    }
+
+    fn set(&mut self, i: usize, v: i64) {
+        let mut at = i + self.n;
+        self.node[at] = v;
+        while at > 1 {
+            at /= 2;
+            self.node[at] = self.node[2 * at].max(self.node[2 * at + 1]);
+        }
+    }
+
+    /// The largest value set (every index is set before use).
+    fn max(&self) -> i64 {
+        self.node[1]
+    }
+}
+
 /// `(step delay, misses, lateness)` of a set of batches: the steps' delays first — in synchronous
 /// training a step starts when its last batch is ready, so what counts is each step's latest
 /// batch, summed over the steps concerned — then late batches, then their total lateness.
@@ -111,6 +139,9 @@ struct State<'a> {
     arrival: Vec<i64>,
     batch_samples: Vec<Vec<u32>>,
     ready: Vec<i64>,
+    /// Per step: its batches' lateness by rank, with their maximum at hand (every leaf is set
+    /// in `new`; the tree's root covers all of them whatever the rank count).
+    late_by_step: Vec<MaxTree>,
     load: Vec<i64>,
     used: Vec<u64>,
 }
@@ -127,6 +158,7 @@ impl<'a> State<'a> {
             arrival: vec![0; p.owner.len()],
             batch_samples: vec![Vec::new(); ranks * p.steps],
             ready: vec![0; ranks * p.steps],
+            late_by_step: vec![MaxTree::new(ranks); p.steps],
             load: vec![0; ranks * p.steps],
             used: vec![0; ranks * p.steps],
         };
@@ -142,6 +174,7 @@ impl<'a> State<'a> {
         }
         for b in 0..s.ready.len() {
             s.ready[b] = s.batch_ready(b);
+            s.late_by_step[b % p.steps].set(b / p.steps, s.ready[b] - p.deadline_ns[b]);
         }
         s
     }
@@ -207,12 +240,7 @@ impl<'a> State<'a> {
 
     /// How late step `k`'s latest batch is (0 when every batch is on time).
     fn step_delay(&self, k: usize) -> i64 {
-        let steps = self.p.steps;
-        (0..self.ranks)
-            .map(|q| self.ready[q * steps + k] - self.p.deadline_ns[q * steps + k])
-            .max()
-            .unwrap_or(0)
-            .max(0)
+        self.late_by_step[k].max().max(0)
     }
 
     /// Batches whose readiness depends on pools `a` or `b`, or that belong to ranks `a` or `b`.
@@ -239,6 +267,8 @@ impl<'a> State<'a> {
         self.simulate(b);
         for &x in batches {
             self.ready[x] = self.batch_ready(x);
+            let steps = self.p.steps;
+            self.late_by_step[x % steps].set(x / steps, self.ready[x] - self.p.deadline_ns[x]);
         }
         self.objective_of(batches)
     }
@@ -403,5 +433,27 @@ pub fn place(p: &Problem, search: Search) -> Placement {
         bytes_moved,
         offloads,
         swaps,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MaxTree;
+
+    #[test]
+    fn max_tree_follows_changes_for_any_size() {
+        for n in 1..12usize {
+            let mut t = MaxTree::new(n);
+            let mut v: Vec<i64> = (0..n as i64).map(|i| (i * 7919) % 13 - 6).collect();
+            for (i, &x) in v.iter().enumerate() {
+                t.set(i, x);
+            }
+            for step in 0..50i64 {
+                let i = (step as usize * 5) % n;
+                v[i] = (step * 31) % 17 - 8;
+                t.set(i, v[i]);
+                assert_eq!(t.max(), *v.iter().max().unwrap(), "n {n} step {step}");
+            }
+        }
     }
 }
