@@ -1,4 +1,4 @@
-//! Which samples DataHelix offers the planner in pieces: a sample one decode worker cannot finish
+//! Which samples DataHelix offers the planner in pieces: a sample one decode worker may not finish
 //! before its batch is due is split at keyframes ([`crate::decode::split`]) into as many pieces
 //! as that takes, so that placement may decode them on several ranks at once. The loader and the
 //! simulator both ask here, so they split alike.
@@ -24,6 +24,11 @@ use crate::descriptor::Descriptor;
 /// seek, a keyframe and a message, which only a long decode repays.
 pub const MIN_SPLIT_S: f64 = 0.25;
 
+/// A sample is offered in pieces once its predicted decode exceeds this share of the time to its
+/// batch's deadline: predictions of heavy clips are off by tens of percent, and the planner
+/// keeps pieces on the owner (at the cost of one more keyframe) when moving them does not pay.
+pub const SPLIT_SHARE: f64 = 0.5;
+
 /// One offered piece: its frames, predicted decode seconds on one worker, and decoded bytes.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Offered {
@@ -36,7 +41,8 @@ pub struct Offered {
 }
 
 /// The pieces to offer for a sample predicted to take `decode_s` on one worker when its batch is
-/// due in `due_s`, among `ranks` ranks; empty when it is decoded whole (it fits, it is shorter
+/// due in `due_s`, among `ranks` ranks; empty when it is decoded whole (it takes less than
+/// [`SPLIT_SHARE`] of the time to the deadline, it is shorter
 /// than [`MIN_SPLIT_S`], there is one rank, or the stream has no keyframe between its sampled
 /// frames). With `split_above_s`, every sample predicted longer than that is offered in as many
 /// pieces as ranks, late or not (to exercise the path; tests use 0).
@@ -53,8 +59,10 @@ pub fn offer_pieces(
         _ if ranks < 2 => return Vec::new(),
         Some(above) if decode_s > above => ranks as u32,
         Some(_) => return Vec::new(),
-        None if !(due_s > 0.0) || !(decode_s > due_s) || decode_s < MIN_SPLIT_S => return Vec::new(),
-        None => (decode_s / due_s).ceil().clamp(2.0, ranks as f64) as u32,
+        None if !(due_s > 0.0) || !(decode_s > SPLIT_SHARE * due_s) || decode_s < MIN_SPLIT_S => {
+            return Vec::new()
+        }
+        None => (decode_s / (SPLIT_SHARE * due_s)).ceil().clamp(2.0, ranks as f64) as u32,
     };
     let ranges = split_targets(d, params, parts);
     if ranges.len() < 2 {
@@ -69,4 +77,47 @@ pub fn offer_pieces(
             bytes: frames.len() as u64 * h as u64 * w as u64 * 3,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::descriptor::{Codec, Modality};
+
+    /// A 4-s 720p H.264 clip at 30 fps with a keyframe every 60 frames (two GOPs).
+    fn clip() -> Descriptor {
+        Descriptor {
+            modality: Modality::Video,
+            codec: Codec::H264,
+            width: 1280,
+            height: 720,
+            frames: 120,
+            fps_num: 30,
+            fps_den: 1,
+            duration_ticks: 4000,
+            time_base_num: 1,
+            time_base_den: 1000,
+            bit_rate: 80_000_000,
+            keyint: 60,
+            ..Descriptor::default()
+        }
+    }
+
+    #[test]
+    fn only_samples_that_may_be_late_are_split_into_pieces_covering_them() {
+        let (d, p, m) = (clip(), Params::default(), CostModel::default());
+        let pieces = offer_pieces(&d, &p, &m, 7.0, 4.0, 4, None);
+        assert_eq!(pieces.len(), 2, "two GOPs, two pieces: {pieces:?}");
+        assert_eq!((pieces[0].frames.start, pieces[1].frames.end), (0, output_shape(&d, &p).0));
+        assert_eq!(pieces[0].frames.end, pieces[1].frames.start);
+        let bytes: u64 = pieces.iter().map(|x| x.bytes).sum();
+        assert_eq!(bytes, crate::decode::cost::output_bytes(&d, &p));
+        assert!(pieces.iter().all(|x| x.decode_s > 0.0));
+
+        assert!(offer_pieces(&d, &p, &m, 1.0, 4.0, 4, None).is_empty(), "fits: whole");
+        assert!(offer_pieces(&d, &p, &m, 7.0, 4.0, 1, None).is_empty(), "one rank: whole");
+        assert!(offer_pieces(&d, &p, &m, 0.2, 0.0, 4, None).is_empty(), "too short: whole");
+        assert!(offer_pieces(&Descriptor { keyint: 0, ..d }, &p, &m, 7.0, 4.0, 4, None).is_empty());
+        assert_eq!(offer_pieces(&d, &p, &m, 0.01, 4.0, 4, Some(0.0)).len(), 2, "forced");
+    }
 }
