@@ -254,18 +254,7 @@ pub trait Collective {
             })
             .collect();
         let send_counts: Vec<usize> = blocks.iter().map(Vec::len).collect();
-        let send: Vec<u8> = blocks.concat();
-        let recv_displs = prefix_sums(&recv_counts);
-        let mut recv = vec![0u8; recv_counts.iter().sum()];
-        self.all_to_all_v(
-            &send,
-            &send_counts,
-            &prefix_sums(&send_counts),
-            &mut recv,
-            &recv_counts,
-            &recv_displs,
-        )?;
-        Ok((0..n).map(|p| recv[recv_displs[p]..recv_displs[p] + recv_counts[p]].to_vec()).collect())
+        all_to_all_blocks(self, &blocks.concat(), &send_counts, &recv_counts)
     }
 
     /// Sends `blocks[p]` to every rank `p` with `send[p]` and receives one block from every rank
@@ -314,25 +303,9 @@ pub trait Collective {
             (0..n).map(|p| if sends[p] > 0 { blocks[p].len() } else { 0 }).collect();
         let data: Vec<u8> =
             (0..n).filter(|&p| sends[p] > 0).flat_map(|p| blocks[p].iter().copied()).collect();
-        let recv_displs = prefix_sums(&recv_counts);
-        let mut recv = vec![0u8; recv_counts.iter().sum()];
-        self.all_to_all_v(
-            &data,
-            &send_counts,
-            &prefix_sums(&send_counts),
-            &mut recv,
-            &recv_counts,
-            &recv_displs,
-        )?;
-        Ok((0..n)
-            .map(|p| {
-                if p == me {
-                    blocks[me].clone()
-                } else {
-                    recv[recv_displs[p]..recv_displs[p] + recv_counts[p]].to_vec()
-                }
-            })
-            .collect())
+        let mut out = all_to_all_blocks(self, &data, &send_counts, &recv_counts)?;
+        out[me] = blocks[me].clone();
+        Ok(out)
     }
 
     /// Checks that every rank holds the same `value` (e.g. a plan hash); `Ok(false)` if any differs.
@@ -347,6 +320,22 @@ pub trait Collective {
     fn site_now(&self, op: CollectiveOp) -> Site {
         Site { rank: self.rank(), op, seq: 0, step: None }
     }
+}
+
+/// [`Collective::all_to_all_v`] of blocks packed back to back in `send` (`send_counts[p]` bytes
+/// for rank `p`), returning the block received from each rank.
+fn all_to_all_blocks<C: Collective + ?Sized>(
+    c: &C,
+    send: &[u8],
+    send_counts: &[usize],
+    recv_counts: &[usize],
+) -> Result<Vec<Vec<u8>>> {
+    let recv_displs = prefix_sums(recv_counts);
+    let mut recv = vec![0u8; recv_counts.iter().sum()];
+    c.all_to_all_v(send, send_counts, &prefix_sums(send_counts), &mut recv, recv_counts, &recv_displs)?;
+    Ok((0..recv_counts.len())
+        .map(|p| recv[recv_displs[p]..recv_displs[p] + recv_counts[p]].to_vec())
+        .collect())
 }
 
 /// Exclusive prefix sums: the displacements of blocks of `counts` packed back to back.

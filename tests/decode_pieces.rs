@@ -167,12 +167,13 @@ fn check_predicted_split(path: &Path, d: &Descriptor, params: &Params, exact_key
                     whole.1.stats.frames_decoded
                 );
             }
-            // Together they decode no more than the whole scan: with the real keyframe interval
-            // no piece decodes another's frames. Seeking within a piece may step back a frame; an
-            // overstated interval may start a piece up to a GOP early.
+            // Together they decode no more than the whole scan, but for a keyframe two pieces
+            // may share (the one a piece seeks to, when it is the previous target's frame).
+            // Seeking within a piece may step back a frame; an overstated interval may start a
+            // piece up to a GOP early.
             let slack = match (exact_keyint, strategy) {
-                (true, Strategy::Scan) => 0,
-                (true, _) => 1,
+                (true, Strategy::Scan) => 1,
+                (true, _) => 2,
                 (false, _) => 1 + d.keyint as u64,
             };
             let sum: u64 = per_piece.iter().sum();

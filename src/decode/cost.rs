@@ -423,20 +423,7 @@ mod tests {
 
     #[test]
     fn predicts_before_any_observation_and_is_deterministic() {
-        let d = Descriptor {
-            modality: Modality::Video,
-            codec: Codec::H264,
-            width: 1280,
-            height: 720,
-            frames: 240,
-            fps_num: 24,
-            fps_den: 1,
-            duration_ticks: 10,
-            time_base_num: 1,
-            time_base_den: 1,
-            bit_rate: 2_000_000,
-            ..Descriptor::default()
-        };
+        let d = Descriptor { keyint: 0, ..clip_720p() };
         let p = Params::default();
         let m = CostModel::default();
         assert!(m.predict(&d, &p) > 0.0);

@@ -193,6 +193,19 @@ pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPla
     })
 }
 
+/// Seconds from now until step `t`'s batches are due, planning from step `now` (which trains now
+/// or is about to): the predicted times of the steps before `t` — `planned(j)` for a planned
+/// step, else `training`'s `(step, seconds)` for the one in training (synchronous training: the
+/// slowest rank sets each step).
+pub fn time_to_deadline(
+    now: u64,
+    t: u64,
+    planned: impl Fn(u64) -> Option<f64>,
+    training: Option<(u64, f64)>,
+) -> f64 {
+    (now..t).filter_map(|j| planned(j).or_else(|| training.filter(|x| x.0 == j).map(|x| x.1))).sum()
+}
+
 /// Ray ActorPool semantics, predicted: samples in batch order go to whichever worker of the
 /// shared pool frees up first (worker w lives on rank w mod R), using predicted decode times.
 fn actor_pool_decoders(samples: &[SampleIn], ranks: &[RankState]) -> Vec<u32> {

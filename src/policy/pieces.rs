@@ -120,4 +120,15 @@ mod tests {
         assert!(offer_pieces(&Descriptor { keyint: 0, ..d }, &p, &m, 7.0, 4.0, 4, None).is_empty());
         assert_eq!(offer_pieces(&d, &p, &m, 0.01, 4.0, 4, Some(0.0)).len(), 2, "forced");
     }
+
+    #[test]
+    fn a_clip_whose_keyframe_is_a_targets_frame_still_splits() {
+        // data/skewed's videos/000040.mp4: 101 frames at 30 fps, keyframes 0 and 59; target 3
+        // (1.964 s) takes keyframe 59 (1.967 s), so the second piece starts at target 4 and both
+        // decode frame 59.
+        let d = Descriptor { frames: 101, duration_ticks: 101, time_base_den: 30, keyint: 59, ..clip() };
+        let pieces = offer_pieces(&d, &Params::default(), &CostModel::default(), 6.0, 4.0, 4, None);
+        let ranges: Vec<(u32, u32)> = pieces.iter().map(|x| (x.frames.start, x.frames.end)).collect();
+        assert_eq!(ranges, [(0, 4), (4, 6)]);
+    }
 }

@@ -267,12 +267,12 @@ impl<'a> Sim<'a> {
             })
             .collect();
         let usable: Vec<usize> = (0..slots.len()).filter(|&k| slots[k].ok).collect();
-        let due: f64 = (now_step..t)
-            .filter_map(|j| match self.plans.get(&j) {
-                Some(p) => Some(p.plan.step_s()),
-                None => self.training.filter(|x| x.0 == j).map(|x| x.1),
-            })
-            .sum();
+        let due = policy::time_to_deadline(
+            now_step,
+            t,
+            |j| self.plans.get(&j).map(|p| p.plan.step_s()),
+            self.training,
+        );
         let mut samples = Vec::with_capacity(usable.len());
         let mut pieces = Vec::new();
         let mut piece_ranges = Vec::new();
