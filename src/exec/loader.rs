@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use crate::collective::{Collective, CollectiveError};
 use crate::cost::accel::{AccelFit, AccelModel, TokenFormula};
-use crate::decode::cost::{output_bytes, CostModel, Features};
+use crate::decode::cost::{CostModel, Features};
 use crate::decode::pool::{Job, Mode, Output, Pool, PoolConfig, Tensor};
 use crate::decode::sample::{output_shape, Params};
 use crate::decode::split::FrameRange;
@@ -45,8 +45,8 @@ use crate::index::{Index, IndexError};
 use crate::metrics::Span;
 use crate::plan::rebalance::{self, Decoded};
 use crate::plan::record::{DecodeObservation, StepRecord};
-use crate::plan::{PieceIn, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
-use crate::policy::pieces::offer_pieces;
+use crate::plan::{PlanInput, PlanOptions, RankState, TransferCost};
+use crate::policy::pieces::{OfferContext, StepOffer};
 use crate::policy::{self, AfterDecode, Policy, StepPlan};
 use crate::sampler::Sampler;
 
@@ -573,34 +573,19 @@ impl<'w> Loader<'w> {
             |j| self.plans.get(&j).map(|p| p.plan.step_s()),
             self.training,
         );
-        let mut samples = Vec::with_capacity(usable.len());
-        let mut pieces = Vec::new();
-        let mut piece_ranges = Vec::new();
-        for (i, &k) in usable.iter().enumerate() {
-            let d = slots[k].desc.expect("usable slots have descriptors");
-            let (f, h, w) = output_shape(&d, &self.cfg.params);
-            let decode_s = self.decode_model.predict(&d, &self.cfg.params).max(0.0);
-            samples.push(SampleIn {
-                id: d.id,
-                step: 0,
-                tokens: self.tokens(d.text_tokens, f, h, w),
-                decode_s,
-                bytes: output_bytes(&d, &self.cfg.params),
-            });
-            // A sample one worker cannot decode before its batch is due is offered in pieces.
-            for piece in offer_pieces(
-                &d,
-                &self.cfg.params,
-                &self.decode_model,
-                decode_s,
-                due,
+        // A sample one worker may not decode before its batch is due is offered in pieces.
+        let descriptors: Vec<Descriptor> = usable.iter().map(|&k| slots[k].desc.expect("usable")).collect();
+        let offer = StepOffer::new(
+            &descriptors,
+            &OfferContext {
+                params: &self.cfg.params,
+                formula: &self.cfg.token_formula,
+                model: &self.decode_model,
+                due_s: due,
                 ranks,
-                self.cfg.split_above_s,
-            ) {
-                pieces.push(PieceIn { sample: i as u32, decode_s: piece.decode_s, bytes: piece.bytes });
-                piece_ranges.push(piece.frames);
-            }
-        }
+                split_above_s: self.cfg.split_above_s,
+            },
+        );
         let rank_states: Vec<RankState> = (0..ranks)
             .map(|r| {
                 let reported = self.ranks.get(r).copied().unwrap_or(RankState {
@@ -614,12 +599,12 @@ impl<'w> Loader<'w> {
             .collect();
         let input = PlanInput {
             first_step: t,
-            samples,
+            samples: offer.samples.clone(),
             ranks: rank_states,
             accel: self.accel.model(),
             transfer: self.effective_transfer(),
             options: PlanOptions::default(),
-            pieces,
+            pieces: offer.pieces.clone(),
         };
         let plan =
             policy::plan_step(self.cfg.policy, t, &input).map_err(|e| ExecError::Invalid(e.to_string()))?;
@@ -630,32 +615,7 @@ impl<'w> Loader<'w> {
             )));
         }
         self.counters.predicted_misses += plan.predicted_misses;
-        if std::env::var_os("DH_DEBUG_PLAN").is_some() && me == 0 && !input.pieces.is_empty() {
-            eprintln!("plan step {t} due {due:.2} pieces {:?} jobs {:?} decoder {:?} owner {:?} misses {} ranks {:?} samples {:?}",
-                input.pieces.iter().map(|p| (p.sample, (p.decode_s*100.0).round()/100.0)).collect::<Vec<_>>(),
-                plan.jobs.len(), plan.decoder, plan.owner, plan.predicted_misses,
-                input.ranks.iter().map(|r| ((r.queued_cpu_s*100.0).round()/100.0, r.workers)).collect::<Vec<_>>(),
-                input.samples.iter().map(|x| (x.decode_s*100.0).round()/100.0).collect::<Vec<_>>());
-        }
-        // The frames of every decode job: whole samples, then the pieces the plan kept (a policy
-        // without placement decodes every sample whole).
-        let mut ranges: Vec<FrameRange> = usable
-            .iter()
-            .map(|&k| FrameRange::whole(output_shape(&slots[k].desc.expect("usable"), &self.cfg.params).0))
-            .collect();
-        if plan.jobs.len() > usable.len() {
-            let mut next = 0usize;
-            for (q, p) in input.pieces.iter().enumerate() {
-                let first = q == 0 || input.pieces[q - 1].sample != p.sample;
-                if first {
-                    ranges[p.sample as usize] = piece_ranges[q];
-                } else {
-                    ranges.push(piece_ranges[q]);
-                    next += 1;
-                }
-            }
-            debug_assert_eq!(usable.len() + next, plan.jobs.len());
-        }
+        let ranges = offer.job_frames(plan.jobs.len());
         for (k, &j) in plan.order[me].iter().enumerate() {
             let job = plan.jobs[j as usize];
             let slot = slots[usable[job.sample as usize]];

@@ -15,10 +15,12 @@
 //! # }
 //! ```
 
-use crate::decode::cost::{CostModel, Features};
+use crate::cost::accel::TokenFormula;
+use crate::decode::cost::{output_bytes, CostModel, Features};
 use crate::decode::sample::{output_shape, Params};
 use crate::decode::split::{split_targets, FrameRange};
 use crate::descriptor::Descriptor;
+use crate::plan::{PieceIn, SampleIn};
 
 /// Decodes shorter than this (predicted seconds on one worker) are never split: a piece costs a
 /// seek, a keyframe and a message, which only a long decode repays.
@@ -77,6 +79,82 @@ pub fn offer_pieces(
             bytes: frames.len() as u64 * h as u64 * w as u64 * 3,
         })
         .collect()
+}
+
+/// What decides a step's offer, besides its samples' descriptors.
+#[derive(Clone, Copy, Debug)]
+pub struct OfferContext<'a> {
+    /// Preprocessing.
+    pub params: &'a Params,
+    /// Tokens or latents of a decoded sample.
+    pub formula: &'a TokenFormula,
+    /// The decode-cost model every rank holds.
+    pub model: &'a CostModel,
+    /// Seconds until the step's batches are due.
+    pub due_s: f64,
+    /// Ranks.
+    pub ranks: usize,
+    /// See [`offer_pieces`].
+    pub split_above_s: Option<f64>,
+}
+
+/// A step's usable samples as the planner sees them, the pieces offered, and each piece's frames.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepOffer {
+    /// Per sample, in batch order.
+    pub samples: Vec<SampleIn>,
+    /// Pieces of the samples offered split (`PlanInput::pieces`).
+    pub pieces: Vec<PieceIn>,
+    /// Per piece: its sampled frames.
+    pub piece_frames: Vec<FrameRange>,
+    /// Per sample: its number of sampled frames.
+    pub frames: Vec<u32>,
+}
+
+impl StepOffer {
+    /// Builds the offer of a step's usable samples (the loader's and the simulator's planning
+    /// input, one function so that they plan alike).
+    pub fn new<'d>(
+        descriptors: impl IntoIterator<Item = &'d Descriptor>,
+        cx: &OfferContext<'_>,
+    ) -> StepOffer {
+        let mut o = StepOffer::default();
+        for (i, d) in descriptors.into_iter().enumerate() {
+            let (f, h, w) = output_shape(d, cx.params);
+            let decode_s = cx.model.predict(d, cx.params).max(0.0);
+            o.samples.push(SampleIn {
+                id: d.id,
+                step: 0,
+                tokens: cx.formula.count(d.text_tokens, f, h, w),
+                decode_s,
+                bytes: output_bytes(d, cx.params),
+            });
+            o.frames.push(f);
+            for piece in offer_pieces(d, cx.params, cx.model, decode_s, cx.due_s, cx.ranks, cx.split_above_s)
+            {
+                o.pieces.push(PieceIn { sample: i as u32, decode_s: piece.decode_s, bytes: piece.bytes });
+                o.piece_frames.push(piece.frames);
+            }
+        }
+        o
+    }
+
+    /// The frames of each of a plan's `jobs` decode jobs: jobs `0..n` are the samples (whole,
+    /// or a split one's first piece), the later pieces follow (`plan::Plan::jobs`). A plan that
+    /// kept no pieces (a policy without placement) decodes every sample whole.
+    pub fn job_frames(&self, jobs: usize) -> Vec<FrameRange> {
+        let mut out: Vec<FrameRange> = self.frames.iter().map(|&f| FrameRange::whole(f)).collect();
+        if jobs > out.len() {
+            for (q, p) in self.pieces.iter().enumerate() {
+                if q == 0 || self.pieces[q - 1].sample != p.sample {
+                    out[p.sample as usize] = self.piece_frames[q];
+                } else {
+                    out.push(self.piece_frames[q]);
+                }
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]

@@ -41,8 +41,8 @@ use crate::emu::Profile;
 use crate::metrics::{summarize, RankStep, Summary};
 use crate::plan::rebalance::{self, Decoded};
 use crate::plan::record::{DecodeObservation, StepRecord, RECORD_BYTES};
-use crate::plan::{PieceIn, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
-use crate::policy::pieces::offer_pieces;
+use crate::plan::{PlanInput, PlanOptions, RankState, TransferCost};
+use crate::policy::pieces::{OfferContext, StepOffer};
 use crate::policy::{self, AfterDecode, Policy, StepPlan};
 use crate::sampler::Sampler;
 
@@ -273,35 +273,27 @@ impl<'a> Sim<'a> {
             |j| self.plans.get(&j).map(|p| p.plan.step_s()),
             self.training,
         );
-        let mut samples = Vec::with_capacity(usable.len());
-        let mut pieces = Vec::new();
-        let mut piece_ranges = Vec::new();
-        for (i, &k) in usable.iter().enumerate() {
-            let d = &self.data.descriptors[slots[k].pos.unwrap_or(0)];
-            let (f, h, w) = crate::decode::sample::output_shape(d, &cfg.params);
-            let decode_s = self.decode_model.predict(d, &cfg.params).max(0.0);
-            samples.push(SampleIn {
-                id: d.id,
-                step: 0,
-                tokens: cfg.formula.count(d.text_tokens, f, h, w),
-                decode_s,
-                bytes: output_bytes(d, &cfg.params),
-            });
-            for piece in offer_pieces(d, &cfg.params, &self.decode_model, decode_s, due, cfg.ranks(), None) {
-                pieces.push(PieceIn { sample: i as u32, decode_s: piece.decode_s, bytes: piece.bytes });
-                piece_ranges.push(piece.frames);
-            }
-        }
+        let offer = StepOffer::new(
+            usable.iter().map(|&k| &self.data.descriptors[slots[k].pos.unwrap_or(0)]),
+            &OfferContext {
+                params: &cfg.params,
+                formula: &cfg.formula,
+                model: &self.decode_model,
+                due_s: due,
+                ranks: cfg.ranks(),
+                split_above_s: None,
+            },
+        );
         let ranks: Vec<RankState> =
             states.iter().map(|s| RankState { accel_free_s: due, mem_cap: 0, ..*s }).collect();
         let input = PlanInput {
             first_step: t,
-            samples,
+            samples: offer.samples.clone(),
             ranks,
             accel: self.accel.model(),
             transfer: cfg.planner_transfer.clone(),
             options: PlanOptions::default(),
-            pieces,
+            pieces: offer.pieces.clone(),
         };
         let clock = Instant::now();
         let plan = policy::plan_step(cfg.policy, t, &input).map_err(|e| format!("step {t}: {e}"))?;
@@ -310,23 +302,7 @@ impl<'a> Sim<'a> {
         self.plan_max_s = self.plan_max_s.max(took);
         self.plans_made += 1;
         let at = if cfg.charge_planner { at + took } else { at };
-        // The frames of every decode job (as the loader's): whole samples, then kept pieces.
-        let mut ranges: Vec<FrameRange> = usable
-            .iter()
-            .map(|&k| {
-                let d = &self.data.descriptors[slots[k].pos.unwrap_or(0)];
-                FrameRange::whole(crate::decode::sample::output_shape(d, &cfg.params).0)
-            })
-            .collect();
-        if plan.jobs.len() > usable.len() {
-            for (q, p) in input.pieces.iter().enumerate() {
-                if q == 0 || input.pieces[q - 1].sample != p.sample {
-                    ranges[p.sample as usize] = piece_ranges[q];
-                } else {
-                    ranges.push(piece_ranges[q]);
-                }
-            }
-        }
+        let ranges = offer.job_frames(plan.jobs.len());
         let mut left = vec![0u32; cfg.ranks()];
         for (r, order) in plan.order.iter().enumerate() {
             for (k, &j) in order.iter().enumerate() {
