@@ -33,7 +33,8 @@ pub struct Piece {
     pub data: Vec<u8>,
 }
 
-const HEADER: usize = 64;
+/// Bytes of a piece's header on the wire.
+pub const HEADER: usize = 64;
 
 /// A malformed message (a peer running another build, or memory corruption).
 #[derive(Debug, thiserror::Error)]

@@ -180,9 +180,6 @@ pub struct Batch {
     pub bytes_in: u64,
 }
 
-/// Bytes of a tensor message's header (counted in the bytes a rank receives).
-const HEADER_BYTES: u64 = 64;
-
 /// The two exchanges of a step's tensors (see [`Loader::ship`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Exchange {
@@ -893,7 +890,7 @@ impl<'w> Loader<'w> {
                     )));
                 };
                 self.got.insert((t, j));
-                let size = HEADER_BYTES + piece.data.len() as u64;
+                let size = (exchange::HEADER + piece.data.len()) as u64;
                 let out =
                     if piece.ok { Ok((piece.shape, TensorData::Owned(piece.data))) } else { Err(piece.id) };
                 let part = Part { slot: k, part: piece.part, out };
