@@ -612,13 +612,13 @@ impl<'w> Loader<'w> {
             )));
         }
         self.counters.predicted_misses += plan.predicted_misses;
-        let ranges = offer.job_frames(plan.jobs.len());
+        let work = offer.job_work(plan.jobs.len());
         for (k, &j) in plan.order[me].iter().enumerate() {
             let job = plan.jobs[j as usize];
             let slot = slots[usable[job.sample as usize]];
             let (pos, desc) = (slot.pos.expect("usable"), slot.desc.expect("usable"));
             let path = self.index.dir().join(self.index.path(pos)?);
-            let range = ranges[j as usize];
+            let range = work[j as usize].frames;
             let whole = FrameRange::whole(output_shape(&desc, &self.cfg.params).0);
             self.pool.submit(Job {
                 id: slot.id,
@@ -629,15 +629,10 @@ impl<'w> Loader<'w> {
                 strategy: None,
                 frames: (range != whole).then_some(range),
             });
-            let predicted = if range == whole {
-                input.samples[job.sample as usize].decode_s
-            } else {
-                let f = Features::predict_range(&desc, &self.cfg.params, range);
-                self.decode_model.predict_features(desc.codec, &f)
-            };
-            self.outstanding.insert((t, j as usize), predicted);
+            self.outstanding.insert((t, j as usize), work[j as usize].decode_s);
         }
         let predicted = input.samples.iter().map(|x| (x.tokens, x.bytes)).collect();
+        let ranges = work.iter().map(|w| w.frames).collect();
         self.plans.insert(t, Planned { slots, usable, predicted, ranges, plan });
         Ok(())
     }

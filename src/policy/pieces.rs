@@ -139,22 +139,37 @@ impl StepOffer {
         o
     }
 
-    /// The frames of each of a plan's `jobs` decode jobs: jobs `0..n` are the samples (whole,
-    /// or a split one's first piece), the later pieces follow (`plan::Plan::jobs`). A plan that
-    /// kept no pieces (a policy without placement) decodes every sample whole.
-    pub fn job_frames(&self, jobs: usize) -> Vec<FrameRange> {
-        let mut out: Vec<FrameRange> = self.frames.iter().map(|&f| FrameRange::whole(f)).collect();
+    /// The work of each of a plan's `jobs` decode jobs: jobs `0..n` are the samples (whole, or
+    /// a split one's first piece), the later pieces follow (`plan::Plan::jobs`). A plan that kept
+    /// no pieces (a policy without placement) decodes every sample whole.
+    pub fn job_work(&self, jobs: usize) -> Vec<JobWork> {
+        let mut out: Vec<JobWork> = (0..self.samples.len())
+            .map(|i| JobWork {
+                frames: FrameRange::whole(self.frames[i]),
+                decode_s: self.samples[i].decode_s,
+            })
+            .collect();
         if jobs > out.len() {
             for (q, p) in self.pieces.iter().enumerate() {
+                let work = JobWork { frames: self.piece_frames[q], decode_s: p.decode_s };
                 if q == 0 || self.pieces[q - 1].sample != p.sample {
-                    out[p.sample as usize] = self.piece_frames[q];
+                    out[p.sample as usize] = work;
                 } else {
-                    out.push(self.piece_frames[q]);
+                    out.push(work);
                 }
             }
         }
         out
     }
+}
+
+/// One decode job of a plan: the frames it decodes and its predicted seconds on one worker.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct JobWork {
+    /// The sampled frames.
+    pub frames: FrameRange,
+    /// Predicted decode seconds on one worker.
+    pub decode_s: f64,
 }
 
 #[cfg(test)]

@@ -302,36 +302,30 @@ impl<'a> Sim<'a> {
         self.plan_max_s = self.plan_max_s.max(took);
         self.plans_made += 1;
         let at = if cfg.charge_planner { at + took } else { at };
-        let ranges = offer.job_frames(plan.jobs.len());
+        let work = offer.job_work(plan.jobs.len());
         let mut left = vec![0u32; cfg.ranks()];
         for (r, order) in plan.order.iter().enumerate() {
             for (k, &j) in order.iter().enumerate() {
                 let sample = plan.jobs[j as usize].sample as usize;
                 let slot = usable[sample];
                 let pos = slots[slot].pos.unwrap_or(0);
-                let whole_s = input.samples[sample].decode_s;
+                let w = work[j as usize];
                 // A piece takes its predicted share of the sample's true decode time.
-                let (predicted, cpu_s) = if plan.jobs.len() > usable.len()
-                    && input.pieces.iter().any(|p| p.sample as usize == sample)
-                {
-                    let f =
-                        Features::predict_range(&self.data.descriptors[pos], &cfg.params, ranges[j as usize]);
-                    let piece_s =
-                        self.decode_model.predict_features(self.data.descriptors[pos].codec, &f).max(0.0);
-                    let share = if whole_s > 0.0 { piece_s / whole_s } else { 0.5 };
-                    (piece_s, self.data.decode_s[pos] * share)
+                let whole_s = input.samples[sample].decode_s;
+                let cpu_s = if w.frames == FrameRange::whole(offer.frames[sample]) {
+                    self.data.decode_s[pos]
                 } else {
-                    (whole_s, self.data.decode_s[pos])
+                    self.data.decode_s[pos] * if whole_s > 0.0 { w.decode_s / whole_s } else { 0.5 }
                 };
                 self.pools[r].submit(
                     at,
                     SimJob { key: (t << 32) | k as u64, id: slots[slot].id, cpu_s, tag: j as u64 },
                 );
-                self.outstanding[r].insert((t, j as usize), predicted);
+                self.outstanding[r].insert((t, j as usize), w.decode_s);
                 left[r] += 1;
             }
         }
-        let jobs = plan.jobs.len();
+        let (jobs, ranges) = (plan.jobs.len(), work.iter().map(|w| w.frames).collect());
         self.plans.insert(t, Planned { slots, usable, plan, ranges, done_at: vec![f64::NAN; jobs], left });
         Ok(at)
     }
