@@ -933,19 +933,19 @@ impl<'w> Loader<'w> {
                 skipped.push(id);
                 continue;
             }
-            let mut outs = group.into_iter().filter_map(|x| x.out.ok());
-            let (mut shape, data) = if parts_of[k] == 1 {
-                outs.next().expect("one part")
+            let mut outs: Vec<([usize; 4], TensorData)> =
+                group.into_iter().filter_map(|x| x.out.ok()).collect();
+            let (shape, data) = if outs.len() == 1 {
+                outs.remove(0)
             } else {
-                let mut shape = [0usize; 4];
-                let mut bytes = Vec::new();
-                for (sh, d) in outs {
-                    shape = [shape[0] + sh[0], sh[1], sh[2], sh[3]];
-                    bytes.extend_from_slice(&d);
+                // Pieces share H', W' and channels; their frames add up.
+                let frames = outs.iter().map(|(sh, _)| sh[0]).sum();
+                let mut bytes = Vec::with_capacity(outs.iter().map(|(_, d)| d.len()).sum());
+                for (_, d) in &outs {
+                    bytes.extend_from_slice(d);
                 }
-                (shape, TensorData::Owned(bytes))
+                ([frames, outs[0].0[1], outs[0].0[2], outs[0].0[3]], TensorData::Owned(bytes))
             };
-            shape[3] = shape[3].max(3);
             let text = slots[k].desc.map_or(0, |d| d.text_tokens);
             let tokens = self.tokens(text, shape[0] as u32, shape[1] as u32, shape[2] as u32);
             held.push((k, Sample { id, shape, tokens, data }));
