@@ -50,6 +50,7 @@ fn arb_input() -> impl Strategy<Value = PlanInput> {
                     transfer: TransferCost::linear(2e-5, 5e9),
                     options: PlanOptions { batching, ..PlanOptions::default() },
                     pieces: Vec::new(),
+                    exchange_s: (seed % 3) as f64 * 0.02,
                 }
             })
         },

@@ -74,3 +74,20 @@ fn more_ranks_scale_the_batch() {
     let run = sim::simulate(&cfg, &data).unwrap();
     assert_eq!(run.records.len(), 32 * 4);
 }
+
+#[test]
+fn the_cpu_budget_is_the_named_share_of_the_accelerator() {
+    let (w, cal) = sim::load(Path::new("scripts/workloads/kinetics700_10s.toml")).unwrap();
+    assert_eq!(w.run.cpu_per_accel, Some(0.75), "the suite's budget");
+    let mut cores = Vec::new();
+    for share in [0.5, 1.0] {
+        let over = Overrides { steps: Some(40), cpu_per_accel: Some(share), ..Overrides::default() };
+        let (cfg, data) = sim::prepare(&w, &cal, Policy::Helix, &over).unwrap();
+        let run = sim::simulate(&cfg, &data).unwrap();
+        let measured = run.summary.cpu_bound_s / run.summary.accel_bound_s;
+        assert!((measured / share - 1.0).abs() < 0.25, "share {share}: measured {measured}");
+        assert!(cfg.workers.iter().zip(&cfg.cores).all(|(&w, &c)| w as f64 >= c), "a worker per core");
+        cores.push(cfg.cores[0]);
+    }
+    assert!((cores[0] / cores[1] - 2.0).abs() < 1e-9, "half the share, twice the cores: {cores:?}");
+}

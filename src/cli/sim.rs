@@ -29,6 +29,11 @@ pub struct SimArgs {
     /// Decode workers per rank (workloads).
     #[arg(long)]
     pub workers_per_rank: Option<usize>,
+    /// Workloads: the CPU budget as a share of the accelerator — cores per rank such that the
+    /// mean decode CPU of a step takes this share of the mean balanced accelerator step
+    /// (replaces the files' `run.cores_per_rank` / `run.cpu_per_accel`).
+    #[arg(long)]
+    pub cpu_per_accel: Option<f64>,
     /// A policy or `all`.
     #[arg(long, default_value = "all")]
     pub policy: String,
@@ -83,8 +88,8 @@ fn policies(arg: &str) -> Result<Vec<Policy>, CliError> {
 
 fn print_workload(w: &WorkloadResult) {
     println!(
-        "{} — {} ranks, global batch {}, {} workers/rank, {} steps",
-        w.workload, w.ranks, w.global_batch, w.workers_per_rank, w.steps
+        "{} — {} ranks, global batch {}, {} workers/rank on {:.2} cores, {} steps",
+        w.workload, w.ranks, w.global_batch, w.workers_per_rank, w.cores_per_rank, w.steps
     );
     println!(
         "  {:<16} {:>12} {:>9} {:>11} {:>10} {:>10} {:>11}",
@@ -116,6 +121,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
         seed: args.seed,
         variant: args.exec,
         accel_window: args.accel_window,
+        cpu_per_accel: args.cpu_per_accel,
     };
     let emit = |doc: &serde_json::Value| -> Result<(), CliError> {
         if args.json || args.out.is_some() {

@@ -180,12 +180,9 @@ impl AccelFit {
                 v[i] += x[i] * o.seconds;
             }
         }
-        match solve3(m, v) {
+        match nonnegative_least_squares(&m, &v) {
             Some(c) => {
-                // Costs are never negative: a fit that says so has too little spread to tell the
-                // terms apart, and the clamped model still orders samples by size.
-                let model =
-                    AccelModel { c0: c[0].max(0.0), a: (c[1] / s1).max(0.0), b: (c[2] / s2).max(0.0) };
+                let model = AccelModel { c0: c[0], a: c[1] / s1, b: c[2] / s2 };
                 if model.c0.is_finite() && model.a.is_finite() && model.b.is_finite() {
                     model
                 } else {
@@ -195,6 +192,51 @@ impl AccelFit {
             None => self.prior,
         }
     }
+}
+
+/// The least-squares coefficients, all ≥ 0, of the normal equations `m·c = v`: costs are never
+/// negative. When the unconstrained solve says one is (too little spread in the window to tell
+/// the terms apart — e.g. every rank holds the same token count), clamping it would leave the
+/// others fitted to a model that no longer exists and predict steps twice as long as they are;
+/// instead the best fit over the terms that stay non-negative is taken (every subset of three
+/// terms is tried: exact non-negative least squares).
+fn nonnegative_least_squares(m: &[[f64; 3]; 3], v: &[f64; 3]) -> Option<[f64; 3]> {
+    // Residual up to the constant Σy²: cᵀMc − 2cᵀv.
+    let residual = |c: &[f64; 3]| {
+        let mut r = 0.0;
+        for i in 0..3 {
+            r -= 2.0 * c[i] * v[i];
+            for j in 0..3 {
+                r += c[i] * m[i][j] * c[j];
+            }
+        }
+        r
+    };
+    let mut best: Option<([f64; 3], f64)> = None;
+    for subset in 1u8..8 {
+        let terms: Vec<usize> = (0..3).filter(|&i| subset & (1 << i) != 0).collect();
+        // The reduced system: unused terms pinned to 0 by identity rows.
+        let (mut ms, mut vs) = ([[0.0f64; 3]; 3], [0.0f64; 3]);
+        for i in 0..3 {
+            if terms.contains(&i) {
+                for &j in &terms {
+                    ms[i][j] = m[i][j];
+                }
+                vs[i] = v[i];
+            } else {
+                ms[i][i] = 1.0;
+            }
+        }
+        let Some(c) = solve3(ms, vs) else { continue };
+        if c.iter().any(|x| !x.is_finite() || *x < 0.0) {
+            continue;
+        }
+        let r = residual(&c);
+        if best.is_none_or(|(_, b)| r < b) {
+            best = Some((c, r));
+        }
+    }
+    best.map(|(c, _)| c)
 }
 
 /// Gaussian elimination with partial pivoting on a 3×3 system.

@@ -143,11 +143,24 @@ impl Coefficients {
 /// Weighted least squares with a prior, for one codec.
 #[derive(Clone, Debug)]
 pub struct OnlineFit {
+    /// The observations' weighted normal equations.
     ata: [[f64; TERMS]; TERMS],
     atb: [f64; TERMS],
+    /// The prior's pseudo-observations', kept apart: they fade out over the first
+    /// [`PRIOR_FADE`] observations. (Kept in, they pin the model's shape — e.g. its fixed cost at
+    /// the prior's tiny image — and where the measured scale differs from the prior's, as on a
+    /// rank with a fraction of a core, they hold predictions several times too low for good.)
+    prior_ata: [[f64; TERMS]; TERMS],
+    prior_atb: [f64; TERMS],
     n: u64,
     forget: f64,
     coef: Coefficients,
+    /// Exponentially weighted Σ of squared log-residuals `ln(actual / predicted)`, each
+    /// predicted before its observation was fitted (out of sample), and Σ of the weights
+    /// (recent residuals count, early ones of a fit still learning fade: [`RESIDUAL_DECAY`]).
+    log_sq: f64,
+    log_weight: f64,
+    residuals: u64,
 }
 
 /// Typical feature rows the prior's pseudo-observations sit at: an image, a small clip, a 720p
@@ -163,10 +176,21 @@ impl OnlineFit {
     /// A fit that starts from `prior`, worth `strength` observations, forgetting old
     /// observations by `forget` per new one (1.0 = keep all: plain least squares).
     pub fn new(prior: Coefficients, strength: f64, forget: f64) -> OnlineFit {
-        let mut fit = OnlineFit { ata: [[0.0; TERMS]; TERMS], atb: [0.0; TERMS], n: 0, forget, coef: prior };
+        let mut fit = OnlineFit {
+            ata: [[0.0; TERMS]; TERMS],
+            atb: [0.0; TERMS],
+            prior_ata: [[0.0; TERMS]; TERMS],
+            prior_atb: [0.0; TERMS],
+            n: 0,
+            forget,
+            coef: prior,
+            log_sq: 0.0,
+            log_weight: 0.0,
+            residuals: 0,
+        };
         let w = strength / PRIOR_POINTS.len() as f64;
         for p in &PRIOR_POINTS {
-            fit.accumulate(p, prior.predict(p), w);
+            accumulate(&mut fit.prior_ata, &mut fit.prior_atb, p, prior.predict(p), w);
         }
         // A small ridge keeps the system solvable whatever the data.
         for k in 0..TERMS {
@@ -175,21 +199,28 @@ impl OnlineFit {
         fit
     }
 
-    fn accumulate(&mut self, f: &Features, seconds: f64, weight: f64) {
-        let x = f.row();
-        let w = weight / (seconds * seconds).max(1e-12);
+    fn solve_now(&self) -> Option<[f64; TERMS]> {
+        let fade = (1.0 - self.n as f64 / PRIOR_FADE as f64).max(0.0);
+        let (mut a, mut b) = (self.ata, self.atb);
         for i in 0..TERMS {
             for j in 0..TERMS {
-                self.ata[i][j] += w * x[i] * x[j];
+                a[i][j] += fade * self.prior_ata[i][j];
             }
-            self.atb[i] += w * x[i] * seconds;
+            b[i] += fade * self.prior_atb[i];
         }
+        nonnegative_solve(&a, &b)
     }
 
     /// Adds one observation and refits.
     pub fn observe(&mut self, f: &Features, seconds: f64) {
         if !(seconds.is_finite() && seconds > 0.0) {
             return;
+        }
+        let predicted = self.predict(f);
+        if predicted > 0.0 && self.n >= RESIDUALS_AFTER {
+            self.log_sq = RESIDUAL_DECAY * self.log_sq + (seconds / predicted).ln().powi(2);
+            self.log_weight = RESIDUAL_DECAY * self.log_weight + 1.0;
+            self.residuals += 1;
         }
         if self.forget < 1.0 {
             for i in 0..TERMS {
@@ -199,9 +230,9 @@ impl OnlineFit {
                 self.atb[i] *= self.forget;
             }
         }
-        self.accumulate(f, seconds, 1.0);
+        accumulate(&mut self.ata, &mut self.atb, f, seconds, 1.0);
         self.n += 1;
-        if let Some(c) = solve(self.ata, self.atb) {
+        if let Some(c) = self.solve_now() {
             self.coef = Coefficients::from_array(c);
         }
     }
@@ -220,6 +251,90 @@ impl OnlineFit {
     pub fn predict(&self, f: &Features) -> f64 {
         self.coef.predict(f)
     }
+
+    /// The spread of actual decode times around the predictions: the root-mean-square
+    /// log-residual of recent observations (each against the prediction made before it was
+    /// fitted), or [`DEFAULT_SPREAD`] before [`MIN_RESIDUALS`] of them.
+    pub fn spread(&self) -> f64 {
+        if self.residuals < MIN_RESIDUALS {
+            DEFAULT_SPREAD
+        } else {
+            (self.log_sq / self.log_weight).sqrt()
+        }
+    }
+}
+
+/// Adds an observation of `seconds` at `f`, weighted by `weight / seconds²` (relative error),
+/// to normal equations.
+fn accumulate(ata: &mut [[f64; TERMS]; TERMS], atb: &mut [f64; TERMS], f: &Features, seconds: f64, weight: f64) {
+    let x = f.row();
+    let w = weight / (seconds * seconds).max(1e-12);
+    for i in 0..TERMS {
+        for j in 0..TERMS {
+            ata[i][j] += w * x[i] * x[j];
+        }
+        atb[i] += w * x[i] * seconds;
+    }
+}
+
+/// Observations over which the prior fades out.
+const PRIOR_FADE: u64 = 16;
+/// Observations fitted before residuals count (the first predictions are the prior's).
+const RESIDUALS_AFTER: u64 = 8;
+/// Weight of a residual one observation older than the next (about the last 32 count).
+const RESIDUAL_DECAY: f64 = 0.97;
+/// Residuals needed before the measured spread replaces [`DEFAULT_SPREAD`].
+pub const MIN_RESIDUALS: u64 = 8;
+/// The spread assumed before enough residuals are measured (a 30% typical error).
+pub const DEFAULT_SPREAD: f64 = 0.3;
+
+/// The weighted least-squares coefficients, all ≥ 0, of the normal equations `a·c = b`: every
+/// term of a decode's cost is a cost. Pixels, bits and discarded frames grow together in most
+/// datasets, and the unconstrained fit of such collinear features trades a large positive
+/// coefficient against a negative one — predicting ~0 s for samples that take seconds, which
+/// leaves the planner blind to exactly the heavy samples. Every subset of terms is tried (16)
+/// and the best fit among the non-negative solutions kept: exact non-negative least squares.
+fn nonnegative_solve(a: &[[f64; TERMS]; TERMS], b: &[f64; TERMS]) -> Option<[f64; TERMS]> {
+    if let Some(c) = solve(*a, *b) {
+        if c.iter().all(|&x| x >= 0.0) {
+            return Some(c);
+        }
+    }
+    // Residual up to a constant: cᵀAc − 2cᵀb.
+    let residual = |c: &[f64; TERMS]| {
+        let mut r = 0.0;
+        for i in 0..TERMS {
+            r -= 2.0 * c[i] * b[i];
+            for j in 0..TERMS {
+                r += c[i] * a[i][j] * c[j];
+            }
+        }
+        r
+    };
+    let mut best: Option<([f64; TERMS], f64)> = None;
+    for subset in 1u32..(1 << TERMS) - 1 {
+        let used = |i: usize| subset & (1 << i) != 0;
+        let (mut sa, mut sb) = ([[0.0f64; TERMS]; TERMS], [0.0f64; TERMS]);
+        for i in 0..TERMS {
+            if used(i) {
+                for j in (0..TERMS).filter(|&j| used(j)) {
+                    sa[i][j] = a[i][j];
+                }
+                sb[i] = b[i];
+            } else {
+                sa[i][i] = 1.0;
+            }
+        }
+        let Some(c) = solve(sa, sb) else { continue };
+        if c.iter().any(|x| !x.is_finite() || *x < 0.0) {
+            continue;
+        }
+        let r = residual(&c);
+        if best.is_none_or(|(_, old)| r < old) {
+            best = Some((c, r));
+        }
+    }
+    best.map(|(c, _)| c)
 }
 
 /// Gaussian elimination with partial pivoting (deterministic); `None` when singular.
@@ -281,6 +396,14 @@ impl CostModel {
             Some(fit) => fit.predict(f),
             None => Coefficients::prior(codec).predict(f),
         }
+    }
+
+    /// A decode time the planner may count on: the prediction scaled by one spread of the
+    /// codec's residuals, `exp(spread)` (a sample takes longer about one time in six). Planning
+    /// on the mean would leave every batch whose samples run long a few hundred milliseconds
+    /// late; planning on this, the slack goes where the errors are.
+    pub fn planning_factor(&self, codec: Codec) -> f64 {
+        self.fits.get(&codec).map_or(DEFAULT_SPREAD, OnlineFit::spread).exp()
     }
 
     /// Records that decoding `d` took `seconds`.

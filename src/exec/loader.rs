@@ -564,12 +564,10 @@ impl<'w> Loader<'w> {
         }
         let usable: Vec<usize> = (0..slots.len()).filter(|&k| slots[k].ok).collect();
         // Every rank's batch of step t is due when step t−1 ends.
-        let due = policy::time_to_deadline(
-            now_step,
-            t,
-            |j| self.plans.get(&j).map(|p| p.plan.step_s()),
-            self.training,
-        );
+        let planned = |j| self.plans.get(&j).map(|p: &Planned| p.plan.step_s());
+        let due = policy::time_to_deadline(now_step, t, planned, self.training);
+        // `prepare_ahead` sends, at the hand-over of step t−1, what of step t is decoded by then.
+        let exchange = if self.prepares { policy::time_to_exchange(now_step, t, planned, self.training) } else { 0.0 };
         // A sample one worker may not decode before its batch is due is offered in pieces.
         let descriptors: Vec<Descriptor> = usable.iter().map(|&k| slots[k].desc.expect("usable")).collect();
         let offer = StepOffer::new(
@@ -602,6 +600,7 @@ impl<'w> Loader<'w> {
             transfer: self.effective_transfer(),
             options: PlanOptions::default(),
             pieces: offer.pieces.clone(),
+            exchange_s: exchange,
         };
         let plan =
             policy::plan_step(self.cfg.policy, t, &input).map_err(|e| ExecError::Invalid(e.to_string()))?;

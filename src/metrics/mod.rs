@@ -86,6 +86,11 @@ pub struct Summary {
     pub wall_s: f64,
     /// Ideal-bound seconds of the measured steps.
     pub ideal_s: f64,
+    /// The accelerator's part of the ideal bound: Σ over steps of max(Σ gpu / R, largest sample).
+    pub accel_bound_s: f64,
+    /// The CPU budget's part of the ideal bound: Σ over steps of decode CPU / cores. Above
+    /// `accel_bound_s`, no loader can keep the accelerators busy on this budget.
+    pub cpu_bound_s: f64,
     /// Per measured step, the largest input wait over ranks.
     pub step_max_wait_s: Vec<f64>,
 }
@@ -122,7 +127,7 @@ pub fn summarize(records: &[RankStep], warmup: u64, ranks: usize, cores: f64) ->
     let mut steps: Vec<u64> = measured.iter().map(|r| r.step).collect();
     steps.sort_unstable();
     steps.dedup();
-    let mut ideal = 0.0;
+    let (mut ideal, mut accel_bound, mut cpu_bound) = (0.0, 0.0, 0.0);
     let mut step_max_wait = Vec::with_capacity(steps.len());
     for &s in &steps {
         let of_step = measured.iter().filter(|r| r.step == s);
@@ -133,7 +138,10 @@ pub fn summarize(records: &[RankStep], warmup: u64, ranks: usize, cores: f64) ->
             cpu += r.decode_cpu_s;
             wait = wait.max(r.input_wait_s);
         }
-        ideal += (gpu / ranks as f64).max(largest).max(cpu / cores.max(1e-9));
+        let (accel, cpu) = ((gpu / ranks as f64).max(largest), cpu / cores.max(1e-9));
+        ideal += accel.max(cpu);
+        accel_bound += accel;
+        cpu_bound += cpu;
         step_max_wait.push(wait);
     }
     Summary {
@@ -149,6 +157,8 @@ pub fn summarize(records: &[RankStep], warmup: u64, ranks: usize, cores: f64) ->
         skipped,
         wall_s: wall,
         ideal_s: ideal,
+        accel_bound_s: accel_bound,
+        cpu_bound_s: cpu_bound,
         step_max_wait_s: step_max_wait,
         ..Summary::default()
     }

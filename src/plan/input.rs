@@ -138,6 +138,11 @@ pub struct PlanInput {
     /// (at least two per split sample); empty when nothing is split.
     #[serde(default)]
     pub pieces: Vec<PieceIn>,
+    /// Seconds from now until the last exchange of decoded tensors before the first planned
+    /// batch is due (the hand-over of the step before it, while the accelerator runs); 0 when
+    /// none is left. A tensor decoded on another rank after it waits for the batch's collection.
+    #[serde(default)]
+    pub exchange_s: f64,
 }
 
 impl PlanInput {
@@ -163,6 +168,9 @@ impl PlanInput {
             if !(s.decode_s.is_finite() && s.decode_s >= 0.0) {
                 return Err(format!("sample {}: decode_s must be finite and ≥ 0", s.id));
             }
+        }
+        if !self.exchange_s.is_finite() {
+            return Err("exchange_s must be finite".into());
         }
         let mut seen = vec![0u32; self.samples.len()];
         for (k, p) in self.pieces.iter().enumerate() {

@@ -206,13 +206,21 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
     for i in 0..n {
         accel[owner[i] as usize * steps + input.samples[i].step as usize] += weight[i] as i64;
     }
+    //    Tensors decoded elsewhere travel at the exchange before a deadline: the first step's
+    //    is the input's `exchange_s`, a later step's the deadline of the step before it.
     let mut deadline = vec![0i64; r * steps];
+    let mut exchange = vec![i64::MIN; r * steps];
     let mut common = i64::MIN;
     for k in 0..steps {
         let mut next = i64::MIN;
         for q in 0..r {
             let d = if k == 0 { ns(input.ranks[q].accel_free_s) } else { common };
             deadline[q * steps + k] = d;
+            exchange[q * steps + k] = match k {
+                0 if input.exchange_s > 0.0 => ns(input.exchange_s).min(d),
+                0 => i64::MIN,
+                _ => deadline[q * steps + k - 1],
+            };
             next = next.max(d + c0 as i64 + accel[q * steps + k]);
         }
         common = next;
@@ -254,6 +262,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         workers: input.ranks.iter().map(|s| s.workers).collect(),
         backlog_ns: input.ranks.iter().map(|s| ns(s.queued_cpu_s / s.workers.max(1) as f64)).collect(),
         deadline_ns: deadline.clone(),
+        exchange_ns: exchange,
         tolerance_ns: ns(input.options.miss_tolerance_s),
     };
     let o = &input.options;
@@ -345,6 +354,7 @@ mod tests {
             transfer: TransferCost::linear(20e-6, 5e9),
             options: PlanOptions::default(),
             pieces,
+            exchange_s: 0.0,
         }
     }
 
@@ -366,6 +376,20 @@ mod tests {
         assert_eq!(all, vec![0, 1, 2, 3, 4]);
         assert_ne!(split.hash, whole.hash);
         assert_eq!(plan(&heavy_step(vec![half(0), half(0)])).unwrap().hash, split.hash);
+    }
+
+    #[test]
+    fn a_tensor_decoded_elsewhere_after_the_last_exchange_arrives_after_the_deadline() {
+        // 64 MiB pieces take 13.4 ms to move; each is decoded by 2.1 s, the batch due at 2.5 s.
+        let big = |sample| PieceIn { sample, decode_s: 2.1, bytes: 64 << 20 };
+        let with = |exchange_s| plan(&PlanInput { exchange_s, ..heavy_step(vec![big(0), big(0)]) }).unwrap();
+        let early = with(2.4);
+        assert_eq!(early.predicted_misses, 0, "done before the exchange at 2.4 s: in by 2.413 s");
+        assert_eq!(early.delay_s, 0.0);
+        let late = with(1.0);
+        let transfer = TransferCost::linear(20e-6, 5e9).seconds(64 << 20);
+        assert_eq!(late.predicted_misses, 1, "sent only when the batch is collected");
+        assert!((late.delay_s - transfer).abs() < 1e-6, "late by the transfer: {}", late.delay_s);
     }
 
     #[test]

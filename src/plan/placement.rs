@@ -53,6 +53,11 @@ pub struct Problem {
     pub backlog_ns: Vec<i64>,
     /// Per rank and step (`r * steps + k`): the batch's deadline.
     pub deadline_ns: Vec<i64>,
+    /// Per rank and step: the last exchange of tensors before the deadline (the hand-over of the
+    /// step before, while the accelerator runs), `i64::MIN` when there is none. A tensor decoded
+    /// elsewhere by then travels off the input-wait path; one decoded later is sent only when
+    /// the batch is collected, and arrives its transfer time after the deadline.
+    pub exchange_ns: Vec<i64>,
     /// Input wait that counts as a miss.
     pub tolerance_ns: i64,
 }
@@ -187,14 +192,31 @@ impl<'a> State<'a> {
         self.decoder[i] != self.owner[i]
     }
 
-    /// The deadline a job must finish by on its decoder (the owner's, less the transfer).
+    /// The deadline a job must finish by on its decoder: the owner's; for a tensor another rank
+    /// decodes, the exchange before it (or, with none, the deadline less the transfer).
     fn job_deadline(&self, i: usize) -> i64 {
-        let d = self.p.deadline_ns[self.batch_of(i)];
-        if self.remote(i) {
-            d - self.p.transfer_ns[i]
-        } else {
+        let b = self.batch_of(i);
+        let d = self.p.deadline_ns[b];
+        if !self.remote(i) {
             d
+        } else if self.p.exchange_ns[b] != i64::MIN {
+            self.p.exchange_ns[b]
+        } else {
+            d - self.p.transfer_ns[i]
         }
+    }
+
+    /// When a job finished at `done` reaches its owner: at once when decoded there; else sent at
+    /// the exchange before the deadline if done by then, otherwise when the batch is collected
+    /// (the deadline) or when it is done, whichever is later, plus the transfer.
+    fn arrival_of(&self, i: usize, done: i64) -> i64 {
+        if !self.remote(i) {
+            return done;
+        }
+        let b = self.batch_of(i);
+        let exchange = self.p.exchange_ns[b];
+        let sent = if exchange != i64::MIN && done <= exchange { exchange } else { done.max(self.p.deadline_ns[b]) };
+        sent + self.p.transfer_ns[i]
     }
 
     /// Earliest-deadline-first list scheduling of pool `h`; writes arrivals of its jobs.
@@ -212,7 +234,7 @@ impl<'a> State<'a> {
             let Reverse((t, k)) = free.pop().expect("at least one worker");
             let done = t + self.p.decode_ns[i];
             free.push(Reverse((done, k)));
-            self.arrival[i] = if self.remote(i) { done + self.p.transfer_ns[i] } else { done };
+            self.arrival[i] = self.arrival_of(i, done);
         }
         self.pools[h] = jobs;
     }

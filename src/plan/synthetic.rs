@@ -77,5 +77,6 @@ pub fn synthetic(kind: Kind, samples: usize, ranks: usize, lookahead: usize, see
         transfer: TransferCost::linear(20e-6, 10e9),
         options: PlanOptions::default(),
         pieces: Vec::new(),
+        exchange_s: 0.0,
     }
 }

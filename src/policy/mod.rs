@@ -206,6 +206,21 @@ pub fn time_to_deadline(
     (now..t).filter_map(|j| planned(j).or_else(|| training.filter(|x| x.0 == j).map(|x| x.1))).sum()
 }
 
+/// Seconds from now until the exchange of tensors before step `t` is due: the hand-over of step
+/// `t − 1` (`prepare_ahead` sends then what of step `t` is decoded); 0 when that is not ahead
+/// (`t − 1` trains now or is about to). Arguments as for [`time_to_deadline`].
+pub fn time_to_exchange(
+    now: u64,
+    t: u64,
+    planned: impl Fn(u64) -> Option<f64>,
+    training: Option<(u64, f64)>,
+) -> f64 {
+    match t.checked_sub(1) {
+        Some(before) if before > now => time_to_deadline(now, before, planned, training),
+        _ => 0.0,
+    }
+}
+
 /// Ray ActorPool semantics, predicted: samples in batch order go to whichever worker of the
 /// shared pool frees up first (worker w lives on rank w mod R), using predicted decode times.
 fn actor_pool_decoders(samples: &[SampleIn], ranks: &[RankState]) -> Vec<u32> {

@@ -42,7 +42,8 @@ pub struct Offered {
     pub bytes: u64,
 }
 
-/// The pieces to offer for a sample predicted to take `decode_s` on one worker when its batch is
+/// The pieces to offer for a sample predicted to take `decode_s` on one worker (with the model's
+/// planning margin, [`CostModel::planning_factor`], as every offered time) when its batch is
 /// due in `due_s`, among `ranks` ranks; empty when it is decoded whole (it takes less than
 /// [`SPLIT_SHARE`] of the time to the deadline, it is shorter
 /// than [`MIN_SPLIT_S`], there is one rank, or the stream has no keyframe between its sampled
@@ -75,7 +76,8 @@ pub fn offer_pieces(
         .into_iter()
         .map(|frames| Offered {
             frames,
-            decode_s: model.predict_features(d.codec, &Features::predict_range(d, params, frames)).max(0.0),
+            decode_s: model.predict_features(d.codec, &Features::predict_range(d, params, frames)).max(0.0)
+                * model.planning_factor(d.codec),
             bytes: frames.len() as u64 * h as u64 * w as u64 * 3,
         })
         .collect()
@@ -121,7 +123,8 @@ impl StepOffer {
         let mut o = StepOffer::default();
         for (i, d) in descriptors.into_iter().enumerate() {
             let (f, h, w) = output_shape(d, cx.params);
-            let decode_s = cx.model.predict(d, cx.params).max(0.0);
+            let margin = cx.model.planning_factor(d.codec);
+            let decode_s = cx.model.predict(d, cx.params).max(0.0) * margin;
             o.samples.push(SampleIn {
                 id: d.id,
                 step: 0,

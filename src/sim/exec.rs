@@ -267,12 +267,12 @@ impl<'a> Sim<'a> {
             })
             .collect();
         let usable: Vec<usize> = (0..slots.len()).filter(|&k| slots[k].ok).collect();
-        let due = policy::time_to_deadline(
-            now_step,
-            t,
-            |j| self.plans.get(&j).map(|p| p.plan.step_s()),
-            self.training,
-        );
+        let planned = |j| self.plans.get(&j).map(|p: &Planned| p.plan.step_s());
+        let due = policy::time_to_deadline(now_step, t, planned, self.training);
+        let exchange = match cfg.variant {
+            Variant::Proposed => policy::time_to_exchange(now_step, t, planned, self.training),
+            Variant::AsIs => 0.0,
+        };
         let offer = StepOffer::new(
             usable.iter().map(|&k| &self.data.descriptors[slots[k].pos.unwrap_or(0)]),
             &OfferContext {
@@ -294,6 +294,7 @@ impl<'a> Sim<'a> {
             transfer: cfg.planner_transfer.clone(),
             options: PlanOptions::default(),
             pieces: offer.pieces.clone(),
+            exchange_s: exchange,
         };
         let clock = Instant::now();
         let plan = policy::plan_step(cfg.policy, t, &input).map_err(|e| format!("step {t}: {e}"))?;
@@ -376,6 +377,8 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
     let mut out: Vec<RankStep> = Vec::with_capacity(r_n * cfg.steps as usize);
     let mut now = 0.0f64;
     let proposed = cfg.variant == Variant::Proposed;
+    // Per rank: when it last had its batch in hand (and ran `prepare_ahead`'s exchange).
+    let mut handed = vec![f64::NEG_INFINITY; r_n];
     for s in 0..cfg.steps {
         // 1–2. Records and planning — done here only for what the previous step did not plan
         //    ahead (the first steps, and every step of the as-is executor).
@@ -440,7 +443,11 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                 let (_, h, w) = crate::decode::sample::output_shape(&data.descriptors[pos], &cfg.params);
                 let bytes = p.ranges[j].len() as u64 * h as u64 * w as u64 * 3;
                 let done = if p.done_at[j].is_finite() { p.done_at[j] } else { at };
-                in_hand[to] = in_hand[to].max(done.max(at) + links.between(from, to).seconds(bytes));
+                // Decoded by the previous hand-over: sent then (`prepare_ahead`), while the
+                // accelerators ran; otherwise when the batch is collected, or once decoded.
+                let exchange = handed[from].max(handed[to]);
+                let sent = if done <= exchange { exchange } else { done.max(at) };
+                in_hand[to] = in_hand[to].max(sent + links.between(from, to).seconds(bytes));
                 bytes_in[to] += bytes;
             }
         } else if !moved.is_empty() {
@@ -523,6 +530,11 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         // The loader's `prepare_ahead`: once its batch is in hand (the accelerator running),
         // each rank joins the record all-gather, and the step that may now start decoding is
         // planned. A rank waiting there for a slower peer loses no accelerator time.
+        if proposed {
+            for r in 0..r_n {
+                handed[r] = in_hand[r] + cfg.step_overhead_s;
+            }
+        }
         let mut prepared = f64::MIN;
         let last = (s + 1 + cfg.lookahead as u64).min(cfg.steps.max(s + 1));
         if proposed && (s + 1..last).any(|t| !sim.plans.contains_key(&t)) {
@@ -586,14 +598,15 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
             let lo = ready.iter().copied().fold(f64::MAX, f64::min) - now;
             let hi = ready.iter().copied().fold(f64::MIN, f64::max) - now;
             eprintln!(
-                "step {s}: predicted misses {} moved {} ready {lo:.3}..{hi:.3} predicted step {:.3} actual {:.3} queued {:.2} accel {:?} max samples/rank {}",
+                "step {s}: predicted misses {} moved {} ready {lo:.3}..{hi:.3} predicted step {:.3} actual {:.3} queued {:.2} accel {:?} max samples/rank {} h264 margin {:.2}",
                 p.plan.predicted_misses,
                 moved.len(),
                 p.plan.step_s(),
                 next - now,
                 sim.outstanding.iter().flat_map(|o| o.values()).sum::<f64>(),
                 sim.accel.model(),
-                held.iter().map(Vec::len).max().unwrap_or(0)
+                held.iter().map(Vec::len).max().unwrap_or(0),
+                sim.decode_model.planning_factor(crate::descriptor::Codec::H264)
             );
         }
         for mut rec in step_records {

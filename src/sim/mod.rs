@@ -77,6 +77,9 @@ pub struct Overrides {
     pub variant: Variant,
     /// Observations the accelerator fit keeps (None: the loader's 64).
     pub accel_window: Option<usize>,
+    /// The CPU budget as a share of the accelerator ([`workload::Run::cpu_per_accel`]); replaces
+    /// the file's budget.
+    pub cpu_per_accel: Option<f64>,
 }
 
 /// The configuration and data of a workload under `over`.
@@ -89,7 +92,6 @@ pub fn prepare(
     let base_ranks = w.run.ranks;
     let ranks = over.ranks.unwrap_or(base_ranks).max(1);
     let wpr = over.workers_per_rank.unwrap_or(w.run.workers_per_rank).max(1);
-    let cores = w.run.cores_per_rank.map_or(wpr as f64, |c| c * wpr as f64 / w.run.workers_per_rank as f64);
     let global_batch = (w.run.global_batch * ranks).div_ceil(base_ranks).max(1);
     let steps = over.steps.unwrap_or(w.run.steps);
     let warmup = w.run.warmup.min(steps.saturating_sub(1) / 2);
@@ -103,6 +105,15 @@ pub fn prepare(
         .map(|d| if d.status.is_ok() { cal.decode_s(d, &params, seed) } else { Ok(0.0) })
         .collect::<Result<Vec<f64>, String>>()
         .map_err(|e| format!("workload {}: {e}", w.path.display()))?;
+    let cores = match over.cpu_per_accel.or(w.run.cpu_per_accel) {
+        Some(share) => {
+            let batch = global_batch as f64 / ranks as f64;
+            cores_for_share(&descriptors, &decode_s, w, &params, batch, share)
+        }
+        None => w.run.cores_per_rank.map_or(wpr as f64, |c| c * wpr as f64 / w.run.workers_per_rank as f64),
+    };
+    // A worker runs one decode at a time: a budget of more cores than workers gets a worker per core.
+    let wpr = if over.workers_per_rank.is_some() { wpr } else { wpr.max(cores.ceil() as usize) };
     let links = w.cluster.links();
     let planner_transfer = links.widest(ranks).clone();
     let cfg = SimConfig {
@@ -126,6 +137,34 @@ pub fn prepare(
         accel_window: over.accel_window.unwrap_or(loader_accel_window(ranks)),
     };
     Ok((cfg, SimData { descriptors, decode_s }))
+}
+
+/// Cores per rank at which a rank's mean decode CPU-seconds per step (`batch` samples of the
+/// dataset's mean decode time) take `share` of its mean accelerator step (`c0` plus `batch`
+/// samples of the mean sample seconds): the budget `run.cpu_per_accel` names.
+fn cores_for_share(
+    descriptors: &[crate::descriptor::Descriptor],
+    decode_s: &[f64],
+    w: &Workload,
+    params: &Params,
+    batch: f64,
+    share: f64,
+) -> f64 {
+    let profile = w.model.profile();
+    let ok: Vec<usize> = (0..descriptors.len()).filter(|&i| descriptors[i].status.is_ok()).collect();
+    let n = ok.len().max(1) as f64;
+    let decode = ok.iter().map(|&i| decode_s[i]).sum::<f64>() / n;
+    let sample = ok
+        .iter()
+        .map(|&i| {
+            let d = &descriptors[i];
+            let (f, h, wd) = crate::decode::sample::output_shape(d, params);
+            profile.sample_seconds(w.model.formula.count(d.text_tokens, f, h, wd))
+        })
+        .sum::<f64>()
+        / n;
+    let accel = profile.c0 + batch * sample;
+    (batch * decode / (share * accel)).max(1e-3)
 }
 
 /// Observations the loader's accelerator fit keeps at `ranks` ranks (`exec::loader`: eight
@@ -179,6 +218,9 @@ pub struct PolicyResult {
     pub sim_wall_s: f64,
     /// Decode CPU seconds per delivered sample (measured steps).
     pub decode_cpu_s_per_sample: f64,
+    /// Decode CPU seconds over the CPU budget's cores, per accelerator second of the ideal
+    /// bound: below 1 the budget can keep the accelerators busy; above, every loader is CPU-bound.
+    pub cpu_per_accel: f64,
 }
 
 impl PolicyResult {
@@ -203,6 +245,7 @@ impl PolicyResult {
                 let (cpu, n) = m.fold((0.0, 0usize), |(c, n), r| (c + r.decode_cpu_s, n + r.ids.len()));
                 cpu / n.max(1) as f64
             },
+            cpu_per_accel: s.cpu_bound_s / s.accel_bound_s.max(1e-12),
         }
     }
 }
@@ -218,6 +261,8 @@ pub struct WorkloadResult {
     pub global_batch: usize,
     /// Workers per rank.
     pub workers_per_rank: usize,
+    /// Cores per rank of the CPU budget (the workers share them).
+    pub cores_per_rank: f64,
     /// Steps (warm-up included).
     pub steps: u64,
     /// Per policy.
@@ -240,6 +285,7 @@ pub fn run_policies(
         ranks: cfg.ranks(),
         global_batch: cfg.global_batch,
         workers_per_rank: cfg.workers[0] as usize,
+        cores_per_rank: cfg.cores[0],
         steps: over.steps.unwrap_or(w.run.steps),
         policies: Default::default(),
     };

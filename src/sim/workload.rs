@@ -126,6 +126,12 @@ pub struct Run {
     /// Cores per rank the workers share (default: one per worker).
     #[serde(default)]
     pub cores_per_rank: Option<f64>,
+    /// The CPU budget as a share of the accelerator (instead of `cores_per_rank`): cores per rank
+    /// such that the workload's mean decode CPU-seconds of a step, over all ranks' cores, take
+    /// this share of the mean accelerator step of a balanced batch. Below 1 the budget suffices in
+    /// aggregate; whether it suffices on every rank is what the policies differ in.
+    #[serde(default)]
+    pub cpu_per_accel: Option<f64>,
     /// Steps, warm-up included.
     #[serde(default = "default_steps")]
     pub steps: u64,
@@ -396,6 +402,14 @@ impl Workload {
         if let Some(c) = r.cores_per_rank {
             if !(c.is_finite() && c > 0.0) {
                 return Err("run.cores_per_rank must be positive".into());
+            }
+        }
+        if let Some(x) = r.cpu_per_accel {
+            if !(x.is_finite() && x > 0.0) {
+                return Err("run.cpu_per_accel must be positive".into());
+            }
+            if r.cores_per_rank.is_some() {
+                return Err("run: give cores_per_rank or cpu_per_accel, not both".into());
             }
         }
         let c = &self.cluster;
