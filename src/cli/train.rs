@@ -144,8 +144,12 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         // The accelerator runs asynchronously: the loader plans ahead meanwhile, and the rank
         // sleeps for what is left of the step.
         loader.prepare_ahead().map_err(fail)?;
-        let left = Duration::from_secs_f64(gpu_s).saturating_sub(in_hand.elapsed());
-        std::thread::sleep(left);
+        // Near its end, what of the next step was decoded for other ranks meanwhile travels.
+        let margin = Duration::from_secs_f64(loader.config().ship_margin_s);
+        let accel = Duration::from_secs_f64(gpu_s);
+        std::thread::sleep(accel.saturating_sub(margin).saturating_sub(in_hand.elapsed()));
+        loader.ship_ahead().map_err(fail)?;
+        std::thread::sleep(accel.saturating_sub(in_hand.elapsed()));
         let compute_end = t0.elapsed().as_secs_f64();
         let mut grad = [gpu_s];
         c.all_reduce_f64(&mut grad, ReduceOp::Sum).map_err(fail)?;

@@ -91,7 +91,13 @@ pub struct LoaderConfig {
     /// Decode every sample predicted longer than this in pieces (placement policies), late or
     /// not; `None`: only samples that one worker could not finish before their batch is due.
     pub split_above_s: Option<f64>,
+    /// How long before its accelerator's step ends a rank calls [`Loader::ship_ahead`]: the
+    /// time a tensor has to cross to its owner off the input-wait path.
+    pub ship_margin_s: f64,
 }
+
+/// [`LoaderConfig::ship_margin_s`]'s default: 100 ms, ample for a few MiB on one machine.
+pub const DEFAULT_SHIP_MARGIN_S: f64 = 0.1;
 
 impl LoaderConfig {
     /// Defaults for a dataset folder: helix, G = 16, W = 4, 2 steps ahead.
@@ -115,6 +121,7 @@ impl LoaderConfig {
             check_plan: false,
             trace: false,
             split_above_s: None,
+            ship_margin_s: DEFAULT_SHIP_MARGIN_S,
         }
     }
 }
@@ -269,6 +276,8 @@ pub struct Loader<'w> {
     rest_done: Option<u64>,
     /// Whether the caller calls [`Loader::prepare_ahead`] (from its first call on).
     prepares: bool,
+    /// Whether the caller runs [`Loader::ship_ahead`] each step (set at its first call).
+    ships_ahead: bool,
     started: Instant,
     spans: Vec<Span>,
     /// Rebalances run / skipped, bytes moved between ranks (this rank's receipts).
@@ -362,6 +371,7 @@ impl<'w> Loader<'w> {
             early_bytes: HashMap::new(),
             rest_done: None,
             prepares: false,
+            ships_ahead: false,
             started: Instant::now(),
             spans: Vec::new(),
             counters: Counters::default(),
@@ -376,6 +386,11 @@ impl<'w> Loader<'w> {
     /// Decode workers on this rank.
     pub fn workers_here(&self) -> u32 {
         self.workers_here
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &LoaderConfig {
+        &self.cfg
     }
 
     /// The trace spans kept so far (with `trace`).
@@ -485,6 +500,39 @@ impl<'w> Loader<'w> {
         Ok(())
     }
 
+    /// Exchanges what of the next step is decoded already with the ranks it travels between,
+    /// while the accelerator finishes the step in training: a tensor decoded for another rank
+    /// during the step then reaches it before its batch is collected instead of on its
+    /// input-wait path. Call it on every rank (or on none), after [`Loader::prepare_ahead`] and
+    /// [`LoaderConfig::ship_margin_s`] before the accelerator's step ends (a rank that gets there
+    /// first waits for its peers inside its own step or at the gradient sync, not longer):
+    ///
+    /// ```no_run
+    /// # use datahelix::exec::loader::Loader;
+    /// # fn step(loader: &mut Loader<'_>, accel_s: f64) -> Result<(), Box<dyn std::error::Error>> {
+    /// let batch = loader.next_batch()?;
+    /// loader.prepare_ahead()?;
+    /// std::thread::sleep(std::time::Duration::from_secs_f64(accel_s - 0.1)); // the step runs
+    /// loader.ship_ahead()?;
+    /// // the step's last 0.1 s, the gradient all-reduce, then:
+    /// loader.report_step(accel_s, &batch);
+    /// # Ok(()) }
+    /// ```
+    pub fn ship_ahead(&mut self) -> Result<(), ExecError> {
+        self.ships_ahead = true;
+        let next = self.next_step;
+        if !self.moves(next) {
+            return Ok(());
+        }
+        let t0 = self.now();
+        let (received, bytes) = self.ship(next, Exchange::Ready)?;
+        self.early.entry(next).or_default().extend(received);
+        *self.early_bytes.entry(next).or_default() += bytes;
+        let t1 = self.now();
+        self.span(0, "transfer", format!("ship ahead step {next}"), t0, t1);
+        Ok(())
+    }
+
     /// Plans the steps from `from` through `current + lookahead` that are not planned yet (step
     /// `current` trains now or is about to). Every rank takes the same decision, so the record
     /// all-gather happens on all of them or none.
@@ -567,7 +615,15 @@ impl<'w> Loader<'w> {
         let planned = |j| self.plans.get(&j).map(|p: &Planned| p.plan.step_s());
         let due = policy::time_to_deadline(now_step, t, planned, self.training);
         // `prepare_ahead` sends, at the hand-over of step t−1, what of step t is decoded by then.
-        let exchange = if self.prepares { policy::time_to_exchange(now_step, t, planned, self.training) } else { 0.0 };
+        // The last exchange of step t's tensors before it is due: `ship_ahead` near the end of
+        // step t−1, else `prepare_ahead` at its start.
+        let exchange = if self.ships_ahead {
+            (due - self.cfg.ship_margin_s).max(0.0)
+        } else if self.prepares {
+            policy::time_to_exchange(now_step, t, planned, self.training)
+        } else {
+            0.0
+        };
         // A sample one worker may not decode before its batch is due is offered in pieces.
         let descriptors: Vec<Descriptor> = usable.iter().map(|&k| slots[k].desc.expect("usable")).collect();
         let offer = StepOffer::new(

@@ -154,11 +154,23 @@ struct State<'a> {
 impl<'a> State<'a> {
     fn new(p: &'a Problem) -> State<'a> {
         let ranks = p.workers.len();
+        // A sample is split because one worker would not decode it in time: its pieces start on
+        // different ranks (piece k on the owner's k-th successor), so that a prediction that
+        // was short still leaves them running side by side; the search below moves them on.
+        let mut decoder = p.owner.clone();
+        let mut pieces_seen: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
+        for i in 0..p.owner.len() {
+            if p.pinned[i] {
+                let k = pieces_seen.entry(p.id[i]).or_insert(0);
+                decoder[i] = ((p.owner[i] as usize + *k as usize) % ranks) as u32;
+                *k += 1;
+            }
+        }
         let mut s = State {
             p,
             ranks,
             owner: p.owner.clone(),
-            decoder: p.owner.clone(),
+            decoder,
             pools: vec![Vec::new(); ranks],
             arrival: vec![0; p.owner.len()],
             batch_samples: vec![Vec::new(); ranks * p.steps],
@@ -168,7 +180,7 @@ impl<'a> State<'a> {
             used: vec![0; ranks * p.steps],
         };
         for i in 0..p.owner.len() {
-            s.pools[p.owner[i] as usize].push(i as u32);
+            s.pools[s.decoder[i] as usize].push(i as u32);
             let b = s.batch_of(i);
             s.batch_samples[b].push(i as u32);
             s.load[b] += p.accel_ns[i];

@@ -85,6 +85,9 @@ pub struct SimConfig {
     pub accel_window: usize,
     /// Which executor: the loader as it is, or with the changes this simulator proposes.
     pub variant: Variant,
+    /// How long before its accelerator's step ends a rank ships what of the next step is
+    /// decoded (`Loader::ship_ahead`; the proposed executor).
+    pub ship_margin_s: f64,
 }
 
 /// The executor simulated.
@@ -270,7 +273,7 @@ impl<'a> Sim<'a> {
         let planned = |j| self.plans.get(&j).map(|p: &Planned| p.plan.step_s());
         let due = policy::time_to_deadline(now_step, t, planned, self.training);
         let exchange = match cfg.variant {
-            Variant::Proposed => policy::time_to_exchange(now_step, t, planned, self.training),
+            Variant::Proposed => (due - cfg.ship_margin_s).max(0.0),
             Variant::AsIs => 0.0,
         };
         let offer = StepOffer::new(
@@ -379,6 +382,8 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
     let proposed = cfg.variant == Variant::Proposed;
     // Per rank: when it last had its batch in hand (and ran `prepare_ahead`'s exchange).
     let mut handed = vec![f64::NEG_INFINITY; r_n];
+    // Per rank: when it last ran `ship_ahead` (its step's end less the margin).
+    let mut shipped = vec![f64::NEG_INFINITY; r_n];
     for s in 0..cfg.steps {
         // 1–2. Records and planning — done here only for what the previous step did not plan
         //    ahead (the first steps, and every step of the as-is executor).
@@ -443,10 +448,17 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                 let (_, h, w) = crate::decode::sample::output_shape(&data.descriptors[pos], &cfg.params);
                 let bytes = p.ranges[j].len() as u64 * h as u64 * w as u64 * 3;
                 let done = if p.done_at[j].is_finite() { p.done_at[j] } else { at };
-                // Decoded by the previous hand-over: sent then (`prepare_ahead`), while the
+                // Decoded by the previous hand-over: sent then (`prepare_ahead`); by the
+                // previous step's end less the margin: then (`ship_ahead`), both while the
                 // accelerators ran; otherwise when the batch is collected, or once decoded.
-                let exchange = handed[from].max(handed[to]);
-                let sent = if done <= exchange { exchange } else { done.max(at) };
+                let (early, late) = (handed[from].max(handed[to]), shipped[from].max(shipped[to]));
+                let sent = if done <= early {
+                    early
+                } else if done <= late {
+                    late
+                } else {
+                    done.max(at)
+                };
                 in_hand[to] = in_hand[to].max(sent + links.between(from, to).seconds(bytes));
                 bytes_in[to] += bytes;
             }
@@ -572,6 +584,9 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
             let gpu_s = cfg.profile.step_seconds(&tokens, cfg.seed, s, r as u64);
             let hand = in_hand[r] + cfg.step_overhead_s;
             ends[r] = hand + gpu_s;
+            if proposed {
+                shipped[r] = (ends[r] - cfg.ship_margin_s).max(hand);
+            }
             let rec = &mut sim.records[r];
             rec.gpu_s = gpu_s;
             rec.sum_tokens = tokens.iter().map(|&t| t as f64).sum();

@@ -135,6 +135,7 @@ pub fn prepare(
         charge_planner: false,
         variant: over.variant,
         accel_window: over.accel_window.unwrap_or(loader_accel_window(ranks)),
+        ship_margin_s: crate::exec::loader::DEFAULT_SHIP_MARGIN_S,
     };
     Ok((cfg, SimData { descriptors, decode_s }))
 }
@@ -440,6 +441,7 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         charge_planner: false,
         variant: run.variant,
         accel_window: loader_accel_window(r),
+        ship_margin_s: crate::exec::loader::DEFAULT_SHIP_MARGIN_S,
     };
     simulate(&cfg, &SimData { descriptors, decode_s })
 }
