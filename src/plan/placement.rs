@@ -154,18 +154,7 @@ struct State<'a> {
 impl<'a> State<'a> {
     fn new(p: &'a Problem) -> State<'a> {
         let ranks = p.workers.len();
-        // A sample is split because one worker would not decode it in time: its pieces start on
-        // different ranks (piece k on the owner's k-th successor), so that a prediction that
-        // was short still leaves them running side by side; the search below moves them on.
-        let mut decoder = p.owner.clone();
-        let mut pieces_seen: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
-        for i in 0..p.owner.len() {
-            if p.pinned[i] {
-                let k = pieces_seen.entry(p.id[i]).or_insert(0);
-                decoder[i] = ((p.owner[i] as usize + *k as usize) % ranks) as u32;
-                *k += 1;
-            }
-        }
+        let decoder = spread_pieces(p, ranks);
         let mut s = State {
             p,
             ranks,
@@ -377,6 +366,35 @@ impl<'a> State<'a> {
         let steps = self.p.steps;
         (0..steps).map(|k| self.p.deadline_ns[h * steps + k] - self.ready[h * steps + k]).min().unwrap_or(0)
     }
+}
+
+/// The starting decoder of every job: its owner, except the pieces of split samples. A sample
+/// is split because one worker would not decode it in time, so its pieces start side by side:
+/// the largest first, each on the rank whose workers free up first (backlog, the whole samples it
+/// decodes, and the pieces given so far, per worker; ties to the lower rank), never two pieces
+/// of one sample on one rank while another rank has none of it. The search then moves them on.
+fn spread_pieces(p: &Problem, ranks: usize) -> Vec<u32> {
+    let mut decoder = p.owner.clone();
+    let mut busy: Vec<i64> = p.backlog_ns.clone();
+    for i in (0..p.owner.len()).filter(|&i| !p.pinned[i]) {
+        busy[p.owner[i] as usize] += p.decode_ns[i];
+    }
+    let per_worker = |busy: &[i64], h: usize| busy[h] / p.workers[h].max(1) as i64;
+    let mut pieces: Vec<usize> = (0..p.owner.len()).filter(|&i| p.pinned[i]).collect();
+    pieces.sort_by_key(|&i| (Reverse(p.decode_ns[i]), p.id[i], i));
+    let mut used: BTreeSet<(u64, usize)> = BTreeSet::new(); // (sample id, rank) pairs taken
+    for i in pieces {
+        let taken = |h: usize| used.contains(&(p.id[i], h));
+        let all_taken = (0..ranks).all(taken);
+        let h = (0..ranks)
+            .filter(|&h| all_taken || !taken(h))
+            .min_by_key(|&h| (per_worker(&busy, h), h))
+            .expect("at least one rank");
+        decoder[i] = h as u32;
+        busy[h] += p.decode_ns[i];
+        used.insert((p.id[i], h));
+    }
+    decoder
 }
 
 /// Places decode work: starts from "every sample decoded by its owner" and changes late batches
