@@ -202,11 +202,13 @@ impl OnlineFit {
     fn solve_now(&self) -> Option<[f64; TERMS]> {
         let fade = (1.0 - self.n as f64 / PRIOR_FADE as f64).max(0.0);
         let (mut a, mut b) = (self.ata, self.atb);
-        for i in 0..TERMS {
-            for j in 0..TERMS {
-                a[i][j] += fade * self.prior_ata[i][j];
+        for ((row, prior_row), (bi, prior_bi)) in
+            a.iter_mut().zip(&self.prior_ata).zip(b.iter_mut().zip(&self.prior_atb))
+        {
+            for (x, p) in row.iter_mut().zip(prior_row) {
+                *x += fade * p;
             }
-            b[i] += fade * self.prior_atb[i];
+            *bi += fade * prior_bi;
         }
         nonnegative_solve(&a, &b)
     }
@@ -269,7 +271,13 @@ impl OnlineFit {
 /// seconds²`, let the many light samples set the model and left the few heavy ones — 5% of the
 /// demo's samples, 60% of its decode time, the ones a plan hinges on — predicted at half their
 /// time; absolute error would do the opposite to the light ones.)
-fn accumulate(ata: &mut [[f64; TERMS]; TERMS], atb: &mut [f64; TERMS], f: &Features, seconds: f64, weight: f64) {
+fn accumulate(
+    ata: &mut [[f64; TERMS]; TERMS],
+    atb: &mut [f64; TERMS],
+    f: &Features,
+    seconds: f64,
+    weight: f64,
+) {
     let x = f.row();
     let w = weight / seconds.max(1e-6);
     for i in 0..TERMS {

@@ -216,7 +216,8 @@ impl<'a> State<'a> {
         }
         let b = self.batch_of(i);
         let exchange = self.p.exchange_ns[b];
-        let sent = if exchange != i64::MIN && done <= exchange { exchange } else { done.max(self.p.deadline_ns[b]) };
+        let sent =
+            if exchange != i64::MIN && done <= exchange { exchange } else { done.max(self.p.deadline_ns[b]) };
         sent + self.p.transfer_ns[i]
     }
 
