@@ -180,7 +180,7 @@ impl AccelFit {
                 v[i] += x[i] * o.seconds;
             }
         }
-        match nonnegative_least_squares(&m, &v) {
+        match super::lsq::nonnegative(&m, &v) {
             Some(c) => {
                 let model = AccelModel { c0: c[0], a: c[1] / s1, b: c[2] / s2 };
                 if model.c0.is_finite() && model.a.is_finite() && model.b.is_finite() {
@@ -192,79 +192,6 @@ impl AccelFit {
             None => self.prior,
         }
     }
-}
-
-/// The least-squares coefficients, all ≥ 0, of the normal equations `m·c = v`: costs are never
-/// negative. When the unconstrained solve says one is (too little spread in the window to tell
-/// the terms apart — e.g. every rank holds the same token count), clamping it would leave the
-/// others fitted to a model that no longer exists and predict steps twice as long as they are;
-/// instead the best fit over the terms that stay non-negative is taken (every subset of three
-/// terms is tried: exact non-negative least squares).
-fn nonnegative_least_squares(m: &[[f64; 3]; 3], v: &[f64; 3]) -> Option<[f64; 3]> {
-    // Residual up to the constant Σy²: cᵀMc − 2cᵀv.
-    let residual = |c: &[f64; 3]| {
-        let mut r = 0.0;
-        for i in 0..3 {
-            r -= 2.0 * c[i] * v[i];
-            for j in 0..3 {
-                r += c[i] * m[i][j] * c[j];
-            }
-        }
-        r
-    };
-    let mut best: Option<([f64; 3], f64)> = None;
-    for subset in 1u8..8 {
-        let terms: Vec<usize> = (0..3).filter(|&i| subset & (1 << i) != 0).collect();
-        // The reduced system: unused terms pinned to 0 by identity rows.
-        let (mut ms, mut vs) = ([[0.0f64; 3]; 3], [0.0f64; 3]);
-        for i in 0..3 {
-            if terms.contains(&i) {
-                for &j in &terms {
-                    ms[i][j] = m[i][j];
-                }
-                vs[i] = v[i];
-            } else {
-                ms[i][i] = 1.0;
-            }
-        }
-        let Some(c) = solve3(ms, vs) else { continue };
-        if c.iter().any(|x| !x.is_finite() || *x < 0.0) {
-            continue;
-        }
-        let r = residual(&c);
-        if best.is_none_or(|(_, b)| r < b) {
-            best = Some((c, r));
-        }
-    }
-    best.map(|(c, _)| c)
-}
-
-/// Gaussian elimination with partial pivoting on a 3×3 system.
-fn solve3(mut m: [[f64; 3]; 3], mut v: [f64; 3]) -> Option<[f64; 3]> {
-    for col in 0..3 {
-        let pivot = (col..3).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))?;
-        if m[pivot][col].abs() < 1e-300 {
-            return None;
-        }
-        m.swap(col, pivot);
-        v.swap(col, pivot);
-        for row in col + 1..3 {
-            let f = m[row][col] / m[col][col];
-            for k in col..3 {
-                m[row][k] -= f * m[col][k];
-            }
-            v[row] -= f * v[col];
-        }
-    }
-    let mut x = [0.0f64; 3];
-    for row in (0..3).rev() {
-        let mut acc = v[row];
-        for k in row + 1..3 {
-            acc -= m[row][k] * x[k];
-        }
-        x[row] = acc / m[row][row];
-    }
-    Some(x)
 }
 
 #[cfg(test)]

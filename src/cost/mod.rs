@@ -3,6 +3,8 @@
 //!
 //! - [`accel`]: accelerator seconds of a rank's share, `c0 + Σ (a·tokens + b·tokens²)`, fitted
 //!   online from measured step times.
+//! - [`lsq`]: the small least-squares solves both fits use.
 //! - Decode seconds live with the decoder (`decode::cost`); transfer seconds with the collectives.
 
 pub mod accel;
+pub mod lsq;

@@ -210,7 +210,10 @@ impl OnlineFit {
             }
             *bi += fade * prior_bi;
         }
-        nonnegative_solve(&a, &b)
+        // Every term of a decode's cost is a cost: pixels, bits and discarded frames grow
+        // together in most datasets, and an unconstrained fit trades a large coefficient against
+        // a negative one, predicting ~0 s for heavy samples.
+        crate::cost::lsq::nonnegative(&a, &b)
     }
 
     /// Adds one observation and refits.
@@ -298,80 +301,6 @@ const RESIDUAL_DECAY: f64 = 0.97;
 pub const MIN_RESIDUALS: u64 = 8;
 /// The spread assumed before enough residuals are measured (a 30% typical error).
 pub const DEFAULT_SPREAD: f64 = 0.3;
-
-/// The weighted least-squares coefficients, all ≥ 0, of the normal equations `a·c = b`: every
-/// term of a decode's cost is a cost. Pixels, bits and discarded frames grow together in most
-/// datasets, and the unconstrained fit of such collinear features trades a large positive
-/// coefficient against a negative one — predicting ~0 s for samples that take seconds, which
-/// leaves the planner blind to exactly the heavy samples. Every subset of terms is tried (16)
-/// and the best fit among the non-negative solutions kept: exact non-negative least squares.
-fn nonnegative_solve(a: &[[f64; TERMS]; TERMS], b: &[f64; TERMS]) -> Option<[f64; TERMS]> {
-    if let Some(c) = solve(*a, *b) {
-        if c.iter().all(|&x| x >= 0.0) {
-            return Some(c);
-        }
-    }
-    // Residual up to a constant: cᵀAc − 2cᵀb.
-    let residual = |c: &[f64; TERMS]| {
-        let mut r = 0.0;
-        for i in 0..TERMS {
-            r -= 2.0 * c[i] * b[i];
-            for j in 0..TERMS {
-                r += c[i] * a[i][j] * c[j];
-            }
-        }
-        r
-    };
-    let mut best: Option<([f64; TERMS], f64)> = None;
-    for subset in 1u32..(1 << TERMS) - 1 {
-        let used = |i: usize| subset & (1 << i) != 0;
-        let (mut sa, mut sb) = ([[0.0f64; TERMS]; TERMS], [0.0f64; TERMS]);
-        for i in 0..TERMS {
-            if used(i) {
-                for j in (0..TERMS).filter(|&j| used(j)) {
-                    sa[i][j] = a[i][j];
-                }
-                sb[i] = b[i];
-            } else {
-                sa[i][i] = 1.0;
-            }
-        }
-        let Some(c) = solve(sa, sb) else { continue };
-        if c.iter().any(|x| !x.is_finite() || *x < 0.0) {
-            continue;
-        }
-        let r = residual(&c);
-        if best.is_none_or(|(_, old)| r < old) {
-            best = Some((c, r));
-        }
-    }
-    best.map(|(c, _)| c)
-}
-
-/// Gaussian elimination with partial pivoting (deterministic); `None` when singular.
-fn solve(mut a: [[f64; TERMS]; TERMS], mut b: [f64; TERMS]) -> Option<[f64; TERMS]> {
-    for col in 0..TERMS {
-        let piv = (col..TERMS).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
-        if a[piv][col].abs() < 1e-300 {
-            return None;
-        }
-        a.swap(col, piv);
-        b.swap(col, piv);
-        for r in col + 1..TERMS {
-            let m = a[r][col] / a[col][col];
-            for c in col..TERMS {
-                a[r][c] -= m * a[col][c];
-            }
-            b[r] -= m * b[col];
-        }
-    }
-    let mut x = [0.0; TERMS];
-    for r in (0..TERMS).rev() {
-        let s: f64 = (r + 1..TERMS).map(|c| a[r][c] * x[c]).sum();
-        x[r] = (b[r] - s) / a[r][r];
-    }
-    x.iter().all(|v| v.is_finite()).then_some(x)
-}
 
 /// The per-codec decode-cost model.
 #[derive(Clone, Debug)]

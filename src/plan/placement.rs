@@ -380,20 +380,24 @@ fn spread_pieces(p: &Problem, ranks: usize) -> Vec<u32> {
     for i in (0..p.owner.len()).filter(|&i| !p.pinned[i]) {
         busy[p.owner[i] as usize] += p.decode_ns[i];
     }
-    let per_worker = |busy: &[i64], h: usize| busy[h] / p.workers[h].max(1) as i64;
+    let key = |busy: &[i64], h: usize| (busy[h] / p.workers[h].max(1) as i64, h);
+    let mut free_first: BTreeSet<(i64, usize)> = (0..ranks).map(|h| key(&busy, h)).collect();
     let mut pieces: Vec<usize> = (0..p.owner.len()).filter(|&i| p.pinned[i]).collect();
     pieces.sort_by_key(|&i| (Reverse(p.decode_ns[i]), p.id[i], i));
-    let mut used: BTreeSet<(u64, usize)> = BTreeSet::new(); // (sample id, rank) pairs taken
+    // The ranks each split sample's pieces took so far (a sample has at most `ranks` pieces).
+    let mut taken: std::collections::HashMap<u64, Vec<usize>> = std::collections::HashMap::new();
     for i in pieces {
-        let taken = |h: usize| used.contains(&(p.id[i], h));
-        let all_taken = (0..ranks).all(taken);
-        let h = (0..ranks)
-            .filter(|&h| all_taken || !taken(h))
-            .min_by_key(|&h| (per_worker(&busy, h), h))
-            .expect("at least one rank");
-        decoder[i] = h as u32;
+        let mine = taken.entry(p.id[i]).or_default();
+        let h = free_first
+            .iter()
+            .map(|&(_, h)| h)
+            .find(|h| !mine.contains(h))
+            .unwrap_or_else(|| free_first.first().expect("at least one rank").1);
+        free_first.remove(&key(&busy, h));
         busy[h] += p.decode_ns[i];
-        used.insert((p.id[i], h));
+        free_first.insert(key(&busy, h));
+        decoder[i] = h as u32;
+        mine.push(h);
     }
     decoder
 }
