@@ -60,7 +60,7 @@ pub fn synthetic(kind: Kind, samples: usize, ranks: usize, lookahead: usize, see
     let per_rank_work: f64 =
         out.iter().filter(|s| s.step == 0).map(|s| PROFILE.sample_seconds(s.tokens)).sum::<f64>()
             / ranks.max(1) as f64;
-    let rank_states = (0..ranks)
+    let rank_states: Vec<RankState> = (0..ranks)
         .map(|_| RankState {
             workers: 4,
             accel_free_s: (PROFILE.c0 + per_rank_work) * (0.8 + 0.4 * rng.uniform()),
@@ -72,11 +72,12 @@ pub fn synthetic(kind: Kind, samples: usize, ranks: usize, lookahead: usize, see
     PlanInput {
         first_step: 1,
         samples: out,
-        ranks: rank_states,
         accel: PROFILE,
         transfer: TransferCost::linear(20e-6, 10e9),
         options: PlanOptions::default(),
         pieces: Vec::new(),
-        exchange_s: 0.0,
+        // As the loader's `ship_ahead`: tensors cross shortly before the first window ends.
+        exchange_s: 0.9 * rank_states.iter().map(|r| r.accel_free_s).fold(f64::INFINITY, f64::min),
+        ranks: rank_states,
     }
 }
