@@ -614,9 +614,8 @@ impl<'w> Loader<'w> {
         // Every rank's batch of step t is due when step t−1 ends.
         let planned = |j| self.plans.get(&j).map(|p: &Planned| p.plan.step_s());
         let due = policy::time_to_deadline(now_step, t, planned, self.training);
-        // `prepare_ahead` sends, at the hand-over of step t−1, what of step t is decoded by then.
         // The last exchange of step t's tensors before it is due: `ship_ahead` near the end of
-        // step t−1, else `prepare_ahead` at its start.
+        // step t−1, else `prepare_ahead` at its start (what of step t is decoded by then).
         let exchange = if self.ships_ahead {
             (due - self.cfg.ship_margin_s).max(0.0)
         } else if self.prepares {
