@@ -4,11 +4,15 @@
 //!
 //! Each rank's workers run earliest-deadline-first (ties: the longer job first, then the id). A
 //! batch is late when its last sample arrives after the owner's deadline (the end of its current
-//! accelerator window). While a batch is predicted late, the planner tries, for its last-arriving
-//! samples and the ranks with the most slack:
+//! accelerator window). A tensor decoded on another rank travels at an exchange: the last one
+//! before the deadline if it is done by then (its transfer then costs no wait), else when the
+//! batch is collected — its transfer after the deadline. Every job starts on its owner, except
+//! the pieces of split samples, which start side by side on the ranks that free up first. While
+//! a batch is predicted late, the planner tries, for its last-arriving samples and the ranks with
+//! the most slack:
 //!
 //! - **offload**: decode the sample on the other rank and send the tensor (it must then arrive in
-//!   time, decode + transfer);
+//!   time: decoded by the exchange);
 //! - **swap owners**: give the sample to the other rank to train, taking back one of the other's
 //!   samples of the nearest accelerator weight, when neither rank then exceeds the step's current
 //!   largest accelerator load (a decode-heavy sample goes to the rank whose window is longer or
@@ -402,8 +406,9 @@ fn spread_pieces(p: &Problem, ranks: usize) -> Vec<u32> {
     decoder
 }
 
-/// Places decode work: starts from "every sample decoded by its owner" and changes late batches
-/// while the objective improves, at most `search.max_moves` times.
+/// Places decode work: starts from every sample decoded by its owner and the pieces of split
+/// samples spread (`spread_pieces`), and changes late batches while the objective improves, at
+/// most `search.max_moves` times.
 pub fn place(p: &Problem, search: Search) -> Placement {
     let mut s = State::new(p);
     let (mut offloads, mut swaps) = (0u32, 0u32);
