@@ -6,9 +6,9 @@
 //! (features in megapixels, megabits and frames). Fitted online by non-negative weighted least
 //! squares (each observation weighted by `1 / seconds`), with a prior of a few
 //! pseudo-observations drawn from default coefficients that fades out as observations come, so
-//! it predicts before the first observation. Plain Rust, no FFI; deterministic: the fit is a function of the multiset of
-//! observations given in order (feed them sorted, e.g. by sample id, for bit-identical results
-//! across runs).
+//! it predicts before the first observation. Plain Rust, no FFI; deterministic: the fit is a
+//! function of the observations given in order (feed them sorted, e.g. by sample id, for
+//! bit-identical results across runs).
 
 use std::collections::BTreeMap;
 
