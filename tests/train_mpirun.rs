@@ -13,6 +13,11 @@ use datahelix::sampler::Sampler;
 use serde_json::Value;
 
 fn train(data: &Path, policy: &str, out: &Path, extra: &[&str]) -> Value {
+    train_with(data, policy, out, "0.02,1e-6,0,0.05", extra)
+}
+
+/// `datahelix train` under `mpirun -np 4` with this accelerator profile.
+fn train_with(data: &Path, policy: &str, out: &Path, profile: &str, extra: &[&str]) -> Value {
     let mut cmd = std::process::Command::new("mpirun");
     common::mpi_env(&mut cmd).args(["-np", "4"]);
     cmd.env("DATAHELIX_COLLECTIVE_TIMEOUT", "60");
@@ -20,7 +25,7 @@ fn train(data: &Path, policy: &str, out: &Path, extra: &[&str]) -> Value {
         .args(["train", "--data"])
         .arg(data)
         .args(["--policy", policy, "--global-batch", "8", "--workers", "4", "--steps", "6", "--warmup", "1"])
-        .args(["--profile", "0.02,1e-6,0,0.05", "--check-plan", "--out"])
+        .args(["--profile", profile, "--check-plan", "--out"])
         .arg(out)
         .args(extra);
     let started = Instant::now();
@@ -183,6 +188,26 @@ fn samples_decoded_in_pieces_on_several_ranks_are_the_bytes_of_whole_decodes() {
         t["traceEvents"].as_array().unwrap().iter().filter_map(|e| e["name"].as_str()).collect();
     assert!(names.iter().any(|n| n.starts_with("decode ") && n.contains(" frames ")), "no piece was decoded");
     assert!(pieces["summary"]["bytes_moved"].as_u64().unwrap() > 0, "no piece moved between ranks");
+
+    // With accelerator steps long enough for the pieces to be decoded and shipped while they
+    // run, the owners put them together ahead of the batch's collection: the same bytes.
+    let trace = out.path().join("ahead.trace.json");
+    let extra = ["--checksums", "--split-above", "0", "--trace", trace.to_str().unwrap()];
+    let ahead = train_with(&dir, "helix", &out.path().join("ahead.json"), "0.4,1e-6,0,0.05", &extra);
+    assert_exactly_once(&ahead, &ids);
+    assert_eq!(
+        step_checksums(&ahead),
+        step_checksums(&whole),
+        "pieces assembled ahead differ from whole decodes"
+    );
+    let t: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let ahead_spans = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with("assemble ahead")))
+        .count();
+    assert!(ahead_spans > 0, "no split sample was put together while the accelerator ran");
 }
 
 #[test]

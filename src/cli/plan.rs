@@ -15,8 +15,13 @@ use crate::plan::{plan, Batching};
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     /// Token distribution of the synthetic batch.
-    #[arg(long, value_enum)]
-    pub synthetic: Kind,
+    #[arg(long, value_enum, required_unless_present = "input")]
+    pub synthetic: Option<Kind>,
+    /// Instead of a synthetic step: a planner input as the loader writes it with
+    /// `DATAHELIX_PLAN_DUMP=DIR` (`DIR/step-<t>.json`), planned with placement; `--json` then
+    /// prints the whole plan.
+    #[arg(long, conflicts_with = "synthetic")]
+    pub input: Option<std::path::PathBuf>,
     /// Samples in the global batch of each step.
     #[arg(long, default_value_t = 256)]
     pub samples: usize,
@@ -92,7 +97,11 @@ pub fn run(args: PlanArgs) -> Result<i32, CliError> {
     if args.ranks == 0 || args.samples == 0 {
         return Err(CliError::usage("--ranks and --samples must be at least 1"));
     }
-    let mut input = synthetic(args.synthetic, args.samples, args.ranks, args.lookahead, args.seed);
+    if let Some(path) = &args.input {
+        return replan(path, args.json);
+    }
+    let kind = args.synthetic.ok_or_else(|| CliError::usage("give --synthetic KIND or --input FILE"))?;
+    let mut input = synthetic(kind, args.samples, args.ranks, args.lookahead, args.seed);
     input.options.batching = args.batching.into();
     input.options.placement = !args.no_placement;
     let started = Instant::now();
@@ -124,7 +133,7 @@ pub fn run(args: PlanArgs) -> Result<i32, CliError> {
         return Ok(0);
     }
     let doc = PlanJson {
-        kind: format!("{:?}", args.synthetic).to_lowercase(),
+        kind: format!("{kind:?}").to_lowercase(),
         ranks: args.ranks,
         samples: args.samples,
         lookahead: args.lookahead,
@@ -158,6 +167,38 @@ pub fn run(args: PlanArgs) -> Result<i32, CliError> {
             doc.bytes_moved as f64 / (1 << 20) as f64
         );
         println!("plan hash        {}   planned in {:.0} us", doc.plan_hash, doc.plan_us);
+    }
+    Ok(0)
+}
+
+/// Plans a dumped input with placement and prints the plan (all of it with `json`).
+fn replan(path: &std::path::Path, json: bool) -> Result<i32, CliError> {
+    let bytes =
+        std::fs::read(path).map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display())))?;
+    let mut input: crate::plan::PlanInput = serde_json::from_slice(&bytes).map_err(|e| {
+        CliError::usage(format!(
+            "{} is not a planner input (DATAHELIX_PLAN_DUMP writes them): {e}",
+            path.display()
+        ))
+    })?;
+    input.options.placement = true;
+    let p = plan(&input).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
+    if json {
+        write_json(&p, None)?;
+        return Ok(0);
+    }
+    println!(
+        "{}: plan {:016x}, {} predicted misses, lateness {:.3} s",
+        path.display(),
+        p.hash,
+        p.predicted_misses,
+        p.lateness_s
+    );
+    for b in &p.batches {
+        println!(
+            "step {} rank {}: {} samples, accelerator {:.3} s, deadline {:.3} s, ready {:.3} s",
+            b.step, b.rank, b.samples, b.accel_s, b.deadline_s, b.ready_s
+        );
     }
     Ok(0)
 }

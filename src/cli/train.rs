@@ -148,7 +148,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         let margin = Duration::from_secs_f64(loader.config().ship_margin_s);
         let accel = Duration::from_secs_f64(gpu_s);
         std::thread::sleep(accel.saturating_sub(margin).saturating_sub(in_hand.elapsed()));
-        loader.ship_ahead().map_err(fail)?;
+        loader.ship_ahead(in_hand + accel).map_err(fail)?;
         std::thread::sleep(accel.saturating_sub(in_hand.elapsed()));
         let compute_end = t0.elapsed().as_secs_f64();
         let mut grad = [gpu_s];

@@ -82,6 +82,11 @@ struct Observation {
     seconds: f64,
 }
 
+/// Observations [`AccelFit::spread`] needs before it measures.
+pub const MIN_SPREAD_OBSERVATIONS: usize = 8;
+/// [`AccelFit::spread`] before it measures: steps 10% off the model.
+pub const DEFAULT_STEP_SPREAD: f64 = 0.1;
+
 /// Online least-squares fit of an [`AccelModel`] over a sliding window of observations.
 ///
 /// The solve is a 3×3 ridge-regularised normal-equations system, recomputed from the window in
@@ -155,6 +160,41 @@ impl AccelFit {
     /// The current model.
     pub fn model(&self) -> AccelModel {
         self.model
+    }
+
+    /// How far measured steps stray from the model: the RMS of `ln(measured / predicted)` over
+    /// the window ([`DEFAULT_STEP_SPREAD`] before [`MIN_SPREAD_OBSERVATIONS`] are held). The
+    /// time until a batch is due is a sum of predicted steps; planning against
+    /// `exp(−spread)` of it keeps the decode plan on time when the steps run short.
+    ///
+    /// ```
+    /// use datahelix::cost::accel::{AccelFit, AccelModel};
+    ///
+    /// let mut fit = AccelFit::new(AccelModel { c0: 0.1, a: 1e-6, b: 0.0 }, 64);
+    /// for k in 0..32 {
+    ///     let noise = if k % 2 == 0 { 1.1 } else { 1.0 / 1.1 };
+    ///     fit.observe(&[1000 * (k % 4 + 1)], (0.5 + 1e-4 * (1000.0 * (k % 4 + 1) as f64)) * noise);
+    /// }
+    /// assert!((fit.spread() - 1.1f64.ln()).abs() < 0.02);
+    /// ```
+    pub fn spread(&self) -> f64 {
+        if self.obs.len() < MIN_SPREAD_OBSERVATIONS {
+            return DEFAULT_STEP_SPREAD;
+        }
+        let m = self.model;
+        let (mut sq, mut n) = (0.0f64, 0usize);
+        for o in &self.obs {
+            let predicted = m.c0 + m.a * o.sum_tokens + m.b * o.sum_tokens_sq;
+            if predicted > 0.0 && o.seconds > 0.0 {
+                sq += (o.seconds / predicted).ln().powi(2);
+                n += 1;
+            }
+        }
+        if n == 0 {
+            DEFAULT_STEP_SPREAD
+        } else {
+            (sq / n as f64).sqrt()
+        }
     }
 
     fn solve(&self) -> AccelModel {

@@ -121,16 +121,23 @@ impl Coefficients {
         [self.c0, self.c_px, self.c_bits, self.c_seek]
     }
 
-    /// The prior for a codec: rough single-core figures for a current x86 core.
+    /// The prior for a codec: rough single-core figures for a current x86 core. (H.264's are
+    /// rounded from `datahelix calibrate data/skewed` on the 2-core development machine,
+    /// 1.8 ms/Mpixel and 11 ms/Mbit: entropy decoding dominates a high-bitrate clip.)
     pub fn prior(codec: Codec) -> Coefficients {
         let (c0, c_px, c_bits, c_seek) = match codec {
-            Codec::H264 => (3e-3, 4e-3, 2e-3, 1e-4),
+            Codec::H264 => (3e-3, 2e-3, 1e-2, 1e-4),
             Codec::Mpeg4 => (2e-3, 2.5e-3, 2e-3, 1e-4),
             Codec::Jpeg => (1e-3, 8e-3, 2e-3, 0.0),
             Codec::Png => (1e-3, 6e-3, 2e-2, 0.0),
             _ => (5e-3, 6e-3, 4e-3, 2e-4),
         };
         Coefficients { c0, c_px, c_bits, c_seek }
+    }
+
+    /// Every coefficient times `k`.
+    pub fn scaled(self, k: f64) -> Coefficients {
+        Coefficients::from_array(self.to_array().map(|c| c * k))
     }
 
     /// Predicted seconds (never below 0.1 ms).
@@ -310,18 +317,42 @@ pub struct CostModel {
     pub prior_strength: f64,
     /// Forgetting factor per observation (1.0 = none).
     pub forget: f64,
+    /// The priors' figures are for a whole core; a worker with a fraction `k` of one takes
+    /// `1 / k` times as long ([`CostModel::for_worker_cores`]).
+    prior_scale: f64,
 }
 
 impl Default for CostModel {
     fn default() -> Self {
-        CostModel { fits: BTreeMap::new(), prior_strength: 2.0, forget: 1.0 }
+        CostModel { fits: BTreeMap::new(), prior_strength: 2.0, forget: 1.0, prior_scale: 1.0 }
     }
 }
 
 impl CostModel {
+    /// A model whose priors predict seconds on a worker with `cores` of a core (a CPU budget's
+    /// share; 1 or more: the priors as they are). The measurements then correct them as usual.
+    ///
+    /// ```
+    /// use datahelix::decode::cost::{CostModel, Features};
+    /// use datahelix::descriptor::Codec;
+    ///
+    /// let f = Features { mpixels: 30.0, mbits: 80.0, discarded: 28.0 };
+    /// let whole = CostModel::default().predict_features(Codec::H264, &f);
+    /// let half = CostModel::for_worker_cores(0.5).predict_features(Codec::H264, &f);
+    /// assert!((half / whole - 2.0).abs() < 1e-9);
+    /// ```
+    pub fn for_worker_cores(cores: f64) -> CostModel {
+        let prior_scale = if cores > 0.0 && cores < 1.0 { 1.0 / cores } else { 1.0 };
+        CostModel { prior_scale, ..CostModel::default() }
+    }
+
+    fn prior(&self, codec: Codec) -> Coefficients {
+        Coefficients::prior(codec).scaled(self.prior_scale)
+    }
+
     fn fit(&mut self, codec: Codec) -> &mut OnlineFit {
-        let (s, f) = (self.prior_strength, self.forget);
-        self.fits.entry(codec).or_insert_with(|| OnlineFit::new(Coefficients::prior(codec), s, f))
+        let (s, f, prior) = (self.prior_strength, self.forget, self.prior(codec));
+        self.fits.entry(codec).or_insert_with(|| OnlineFit::new(prior, s, f))
     }
 
     /// Predicted decode seconds of a sample.
@@ -334,7 +365,7 @@ impl CostModel {
     pub fn predict_features(&self, codec: Codec, f: &Features) -> f64 {
         match self.fits.get(&codec) {
             Some(fit) => fit.predict(f),
-            None => Coefficients::prior(codec).predict(f),
+            None => self.prior(codec).predict(f),
         }
     }
 

@@ -179,6 +179,8 @@ pub struct Outcome {
     pub seconds: f64,
     /// CPU seconds of the worker thread on the job.
     pub cpu_seconds: f64,
+    /// When the worker finished it.
+    pub finished: std::time::Instant,
 }
 
 /// Pool settings.
@@ -370,6 +372,17 @@ impl Pool {
         Some(o)
     }
 
+    /// The next finished job, waiting at most `limit` for it; `None` when none came by then or
+    /// every submitted job has been returned.
+    pub fn recv_timeout(&self, limit: std::time::Duration) -> Option<Outcome> {
+        if self.pending.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let o = self.results.lock().unwrap_or_else(|e| e.into_inner()).recv_timeout(limit).ok()?;
+        self.pending.fetch_sub(1, Ordering::SeqCst);
+        Some(o)
+    }
+
     /// A finished job if one is waiting, without blocking.
     pub fn try_recv(&self) -> Option<Outcome> {
         let o = self.results.lock().unwrap_or_else(|e| e.into_inner()).try_recv().ok()?;
@@ -425,7 +438,8 @@ fn worker(queue: Arc<Queue>, buffers: Arc<Buffers>, tx: mpsc::Sender<Outcome>, p
             }
         };
         let result = result.map_err(|reason| SampleError { id, path, reason });
-        if tx.send(Outcome { id, deadline, result, seconds, cpu_seconds }).is_err() {
+        let finished = std::time::Instant::now();
+        if tx.send(Outcome { id, deadline, result, seconds, cpu_seconds, finished }).is_err() {
             return;
         }
     }

@@ -30,7 +30,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::collective::{Collective, CollectiveError};
 use crate::cost::accel::{AccelFit, AccelModel, TokenFormula};
@@ -94,10 +94,17 @@ pub struct LoaderConfig {
     /// How long before its accelerator's step ends a rank calls [`Loader::ship_ahead`]: the
     /// time a tensor has to cross to its owner off the input-wait path.
     pub ship_margin_s: f64,
+    /// How long before the step ends [`Loader::ship_ahead`] stops waiting for tensors still
+    /// decoding for other ranks and sends them: the planner's last exchange before a deadline.
+    pub ship_slack_s: f64,
 }
 
 /// [`LoaderConfig::ship_margin_s`]'s default: 100 ms, ample for a few MiB on one machine.
 pub const DEFAULT_SHIP_MARGIN_S: f64 = 0.1;
+
+/// [`LoaderConfig::ship_slack_s`]'s default: 30 ms, several times a decoded clip's crossing
+/// between ranks of one machine (5–13 ms measured for 10–30 MiB on the development machine).
+pub const DEFAULT_SHIP_SLACK_S: f64 = 0.03;
 
 impl LoaderConfig {
     /// Defaults for a dataset folder: helix, G = 16, W = 4, 2 steps ahead.
@@ -122,6 +129,7 @@ impl LoaderConfig {
             trace: false,
             split_above_s: None,
             ship_margin_s: DEFAULT_SHIP_MARGIN_S,
+            ship_slack_s: DEFAULT_SHIP_SLACK_S,
         }
     }
 }
@@ -246,6 +254,8 @@ pub struct Loader<'w> {
     pool: Pool,
     group: CpuGroup,
     workers_here: u32,
+    /// One decode worker's CPU under the budget, thousandths of a core (0: not limited).
+    worker_millicores: u32,
     decode_model: CostModel,
     accel: AccelFit,
     plans: BTreeMap<u64, Planned>,
@@ -266,12 +276,17 @@ pub struct Loader<'w> {
     prepared: Option<u64>,
     /// The step handed over last and its predicted accelerator seconds.
     training: Option<(u64, f64)>,
+    /// How much longer than this rank's the slowest rank's step of it is predicted to take.
+    behind_slowest_s: f64,
     /// Decode jobs `(step, job)` whose tensors this rank sent, and those it received.
     sent: HashSet<(u64, usize)>,
     got: HashSet<(u64, usize)>,
     /// Parts received ahead of their step (shipped while the step before trained), and bytes.
     early: HashMap<u64, Vec<Part>>,
     early_bytes: HashMap<u64, u64>,
+    /// Split samples of a step put together ahead of its collection: the samples, the ids of
+    /// those that failed, and their batch slots.
+    assembled: HashMap<u64, (Vec<(usize, Sample)>, Vec<u64>, Vec<usize>)>,
     /// The last step whose [`Exchange::Rest`] ran.
     rest_done: Option<u64>,
     /// Whether the caller calls [`Loader::prepare_ahead`] (from its first call on).
@@ -295,6 +310,20 @@ pub struct Counters {
     pub bytes_in: u64,
     /// Plans whose predicted misses were non-zero.
     pub predicted_misses: u64,
+}
+
+/// With `DATAHELIX_PLAN_DUMP=DIR`, writes step `t`'s planner input to `DIR/step-<t>.json`
+/// (`datahelix plan --input` replans it): the plan is a function of it alone.
+fn dump_plan_input(t: u64, input: &PlanInput) {
+    let Some(dir) = std::env::var_os("DATAHELIX_PLAN_DUMP") else { return };
+    let path = std::path::Path::new(&dir).join(format!("step-{t}.json"));
+    let written = std::fs::create_dir_all(&dir)
+        .map_err(|e| e.to_string())
+        .and_then(|()| serde_json::to_vec_pretty(input).map_err(|e| e.to_string()))
+        .and_then(|bytes| std::fs::write(&path, bytes).map_err(|e| e.to_string()));
+    if let Err(e) = written {
+        tracing::warn!("DATAHELIX_PLAN_DUMP: cannot write {}: {e}", path.display());
+    }
 }
 
 fn workers_of(rank: usize, ranks: usize, total: usize) -> u32 {
@@ -340,7 +369,19 @@ impl<'w> Loader<'w> {
             params: cfg.params,
         });
         group.leave_current_thread();
-        let record = StepRecord { rank: rank as u32, workers: workers_here, ..StepRecord::default() };
+        // One worker's share of a core under the budget, for the decode priors (all-gathered:
+        // every rank's model starts from the same one).
+        let worker_millicores = if group.status() == "enforced" {
+            (1000.0 * cores / cfg.workers as f64).round().clamp(1.0, 1000.0) as u32
+        } else {
+            0
+        };
+        let record = StepRecord {
+            rank: rank as u32,
+            workers: workers_here,
+            worker_millicores,
+            ..StepRecord::default()
+        };
         Ok(Loader {
             world,
             sampler: Sampler::new(&ids, cfg.seed),
@@ -352,6 +393,7 @@ impl<'w> Loader<'w> {
             pool,
             group,
             workers_here,
+            worker_millicores,
             decode_model: CostModel::default(),
             plans: BTreeMap::new(),
             done: HashMap::new(),
@@ -365,10 +407,12 @@ impl<'w> Loader<'w> {
             next_step: 0,
             prepared: None,
             training: None,
+            behind_slowest_s: 0.0,
             sent: HashSet::new(),
             got: HashSet::new(),
             early: HashMap::new(),
             early_bytes: HashMap::new(),
+            assembled: HashMap::new(),
             rest_done: None,
             prepares: false,
             ships_ahead: false,
@@ -450,8 +494,16 @@ impl<'w> Loader<'w> {
         self.next_step += 1;
         // Step s trains now: its plan stays until `prepare_ahead` has sent the rest of its
         // tensors; its predicted time is still ahead when planning from here.
-        self.training = self.plans.get(&s).map(|p| (s, p.plan.step_s()));
+        let model = self.accel.model();
+        self.training = self.plans.get(&s).map(|p| (s, p.plan.step_under(&model)));
+        let me = self.world.rank();
+        self.behind_slowest_s = self.plans.get(&s).map_or(0.0, |p| {
+            let accel = p.plan.accel_under(&model);
+            let own = accel.get(me).copied().unwrap_or(0.0);
+            (p.plan.step_under(&model) - own).clamp(0.0, own.max(0.0))
+        });
         self.plans.retain(|&t, _| t >= s);
+        self.assembled.retain(|&t, _| t > s);
         self.prepared = None;
         let end = self.now();
         batch.input_wait_s = end - call;
@@ -500,36 +552,115 @@ impl<'w> Loader<'w> {
         Ok(())
     }
 
-    /// Exchanges what of the next step is decoded already with the ranks it travels between,
-    /// while the accelerator finishes the step in training: a tensor decoded for another rank
-    /// during the step then reaches it before its batch is collected instead of on its
-    /// input-wait path. Call it on every rank (or on none), after [`Loader::prepare_ahead`] and
-    /// [`LoaderConfig::ship_margin_s`] before the accelerator's step ends (a rank that gets there
-    /// first waits for its peers inside its own step or at the gradient sync, not longer):
+    /// Exchanges the next step's tensors decoded for other ranks while the accelerator finishes
+    /// the step in training, so that they reach their owners before their batches are
+    /// collected instead of on the input-wait path. Call it on every rank (or on none), after
+    /// [`Loader::prepare_ahead`] and [`LoaderConfig::ship_margin_s`] before the accelerator's
+    /// step ends at `step_end`. It sends what is decoded already; then, if this rank still owes
+    /// tensors or awaits some, it waits for its own until [`LoaderConfig::ship_slack_s`] before
+    /// the step is predicted to end on the slowest rank (never before `step_end`: the gradient
+    /// sync would hold it until then anyway) and exchanges again:
     ///
     /// ```no_run
     /// # use datahelix::exec::loader::Loader;
+    /// # use std::time::{Duration, Instant};
     /// # fn step(loader: &mut Loader<'_>, accel_s: f64) -> Result<(), Box<dyn std::error::Error>> {
     /// let batch = loader.next_batch()?;
+    /// let step_end = Instant::now() + Duration::from_secs_f64(accel_s); // the step runs
     /// loader.prepare_ahead()?;
-    /// std::thread::sleep(std::time::Duration::from_secs_f64(accel_s - 0.1)); // the step runs
-    /// loader.ship_ahead()?;
-    /// // the step's last 0.1 s, the gradient all-reduce, then:
+    /// let margin = Duration::from_millis(100);
+    /// std::thread::sleep(step_end.saturating_duration_since(Instant::now()).saturating_sub(margin));
+    /// loader.ship_ahead(step_end)?;
+    /// std::thread::sleep(step_end.saturating_duration_since(Instant::now()));
+    /// // the gradient all-reduce, then:
     /// loader.report_step(accel_s, &batch);
     /// # Ok(()) }
     /// ```
-    pub fn ship_ahead(&mut self) -> Result<(), ExecError> {
+    pub fn ship_ahead(&mut self, step_end: Instant) -> Result<(), ExecError> {
         self.ships_ahead = true;
         let next = self.next_step;
         if !self.moves(next) {
             return Ok(());
         }
+        self.ship_early(next, "ship ahead")?;
+        // The stragglers: both sides of a pair know from the plan and the first exchange that
+        // a second one follows, so the ranks concerned meet again and no one else does.
+        if !self.owed(next).is_empty() || !self.awaited(next).is_empty() {
+            let sync = step_end + Duration::from_secs_f64(self.behind_slowest_s);
+            let limit = sync.checked_sub(Duration::from_secs_f64(self.cfg.ship_slack_s)).unwrap_or(sync);
+            let owed = self.owed(next);
+            self.wait_until(next, &owed, limit);
+            self.ship_early(next, "ship late")?;
+        }
+        self.preassemble(next);
+        Ok(())
+    }
+
+    /// Puts together this rank's split samples of step `t` whose pieces are all in hand:
+    /// copying a clip's pieces into one tensor takes milliseconds, better spent while the
+    /// accelerator runs than on the input-wait path. [`Loader::collect`] adds them.
+    fn preassemble(&mut self, t: u64) {
+        let me = self.world.rank();
+        let Some(p) = self.plans.get(&t) else { return };
+        let received = self.early.get(&t).map_or(&[][..], |v| &v[..]);
+        let mut jobs_of: Vec<Vec<usize>> = vec![Vec::new(); p.slots.len()];
+        for j in 0..p.plan.jobs.len() {
+            jobs_of[p.slot_of(j)].push(j);
+        }
+        let in_hand = |j: usize| {
+            if p.plan.decoder[j] as usize == me {
+                self.done.contains_key(&(t, j))
+            } else {
+                let (k, part) = (p.slot_of(j), p.plan.jobs[j].part);
+                received.iter().any(|x| x.slot == k && x.part as u32 == part)
+            }
+        };
+        let complete: Vec<usize> = (0..p.slots.len())
+            .filter(|&k| jobs_of[k].len() > 1 && p.owner_of(jobs_of[k][0]) == me)
+            .filter(|&k| jobs_of[k].iter().all(|&j| in_hand(j)))
+            .collect();
+        if complete.is_empty() {
+            return;
+        }
+        let parts_of: Vec<u32> = jobs_of.iter().map(|js| js.len() as u32).collect();
+        let slots = p.slots.clone();
+        let own: Vec<(usize, u16, usize)> = complete
+            .iter()
+            .flat_map(|&k| jobs_of[k].iter().map(move |&j| (k, j)))
+            .filter(|&(_, j)| p.plan.decoder[j] as usize == me)
+            .map(|(k, j)| (k, p.plan.jobs[j].part as u16, j))
+            .collect();
+        let mut parts = Vec::new();
+        for (k, part, j) in own {
+            if let Ok(out) = self.take(t, j) {
+                parts.push(Part { slot: k, part, out });
+            }
+        }
+        if let Some(early) = self.early.get_mut(&t) {
+            let (theirs, rest): (Vec<Part>, Vec<Part>) =
+                std::mem::take(early).into_iter().partition(|x| complete.contains(&x.slot));
+            *early = rest;
+            parts.extend(theirs);
+        }
+        let t0 = self.now();
+        let mut skipped = Vec::new();
+        let held = self.assemble(parts, &parts_of, &slots, &mut skipped);
+        let t1 = self.now();
+        self.span(0, "assemble", format!("assemble ahead step {t}"), t0, t1);
+        let entry = self.assembled.entry(t).or_default();
+        entry.0.extend(held);
+        entry.1.extend(skipped);
+        entry.2.extend(complete);
+    }
+
+    /// One exchange of what of step `next` is decoded, kept for its collection.
+    fn ship_early(&mut self, next: u64, label: &str) -> Result<(), ExecError> {
         let t0 = self.now();
         let (received, bytes) = self.ship(next, Exchange::Ready)?;
         self.early.entry(next).or_default().extend(received);
         *self.early_bytes.entry(next).or_default() += bytes;
         let t1 = self.now();
-        self.span(0, "transfer", format!("ship ahead step {next}"), t0, t1);
+        self.span(0, "transfer", format!("{label} step {next}"), t0, t1);
         Ok(())
     }
 
@@ -557,6 +688,7 @@ impl<'w> Loader<'w> {
     }
 
     fn exchange_records(&mut self, s: u64) -> Result<(), ExecError> {
+        let first = self.ranks.is_empty();
         // Decodes that finished since are no longer queued work: file them first.
         while let Some(outcome) = self.pool.try_recv() {
             self.absorb(outcome);
@@ -574,6 +706,11 @@ impl<'w> Loader<'w> {
             .map(|r| (r.sum_tokens, r.sum_tokens_sq, r.gpu_s))
             .collect();
         self.accel.observe_many(&measured);
+        if first {
+            // The priors are for a whole core: scale them to the slowest rank's worker.
+            let slowest = records.iter().map(|r| r.worker_millicores).filter(|&m| m > 0).min();
+            self.decode_model = CostModel::for_worker_cores(slowest.map_or(1.0, |m| m as f64 / 1000.0));
+        }
         for r in &records {
             for o in &r.observations {
                 if let Some(codec) = Codec::from_byte(o.codec) {
@@ -592,7 +729,12 @@ impl<'w> Loader<'w> {
             );
         }
         let rank = self.world.rank() as u32;
-        self.record = StepRecord { rank, workers: self.workers_here, ..StepRecord::default() };
+        self.record = StepRecord {
+            rank,
+            workers: self.workers_here,
+            worker_millicores: self.worker_millicores,
+            ..StepRecord::default()
+        };
         Ok(())
     }
 
@@ -612,12 +754,17 @@ impl<'w> Loader<'w> {
         }
         let usable: Vec<usize> = (0..slots.len()).filter(|&k| slots[k].ok).collect();
         // Every rank's batch of step t is due when step t−1 ends.
-        let planned = |j| self.plans.get(&j).map(|p: &Planned| p.plan.step_s());
-        let due = policy::time_to_deadline(now_step, t, planned, self.training);
+        // Steps planned before are predicted again: the model has learned since.
+        let model = self.accel.model();
+        let planned = |j| self.plans.get(&j).map(|p: &Planned| p.plan.step_under(&model));
+        // Planned against the steps running short by one spread of the accelerator model: a
+        // batch is then ready even when they do.
+        let due =
+            policy::time_to_deadline(now_step, t, planned, self.training) * (-self.accel.spread()).exp();
         // The last exchange of step t's tensors before it is due: `ship_ahead` near the end of
         // step t−1, else `prepare_ahead` at its start (what of step t is decoded by then).
         let exchange = if self.ships_ahead {
-            (due - self.cfg.ship_margin_s).max(0.0)
+            (due - self.cfg.ship_slack_s).max(0.0)
         } else if self.prepares {
             policy::time_to_exchange(now_step, t, planned, self.training)
         } else {
@@ -657,6 +804,9 @@ impl<'w> Loader<'w> {
             pieces: offer.pieces.clone(),
             exchange_s: exchange,
         };
+        if me == 0 {
+            dump_plan_input(t, &input);
+        }
         let plan =
             policy::plan_step(self.cfg.policy, t, &input).map_err(|e| ExecError::Invalid(e.to_string()))?;
         if self.cfg.check_plan && !self.world.agree(plan.hash)? {
@@ -753,8 +903,12 @@ impl<'w> Loader<'w> {
         let p =
             self.plans.get(&s).ok_or_else(|| ExecError::Invalid(format!("step {s} was never planned")))?;
         let ships = (0..p.plan.jobs.len()).any(|j| p.plan.decoder[j] as usize != p.owner_of(j));
-        let kept: Vec<usize> =
-            p.plan.order[me].iter().map(|&j| j as usize).filter(|&j| p.owner_of(j) == me).collect();
+        let (ready, ready_skipped, ready_slots) = self.assembled.remove(&s).unwrap_or_default();
+        let kept: Vec<usize> = p.plan.order[me]
+            .iter()
+            .map(|&j| j as usize)
+            .filter(|&j| p.owner_of(j) == me && !ready_slots.contains(&p.slot_of(j)))
+            .collect();
         let mut parts_of = vec![0u32; p.slots.len()];
         for j in 0..p.plan.jobs.len() {
             parts_of[p.slot_of(j)] += 1;
@@ -801,12 +955,19 @@ impl<'w> Loader<'w> {
             };
             parts.push(Part { slot: k, part, out: self.take(s, j)? });
         }
+        let t2 = self.now();
         let mut held = self.assemble(parts, &parts_of, &slots, &mut skipped);
+        held.extend(ready);
+        skipped.extend(ready_skipped);
+        let t3 = self.now();
+        self.span(0, "assemble", format!("assemble step {s}"), t2, t3);
         // 2. After decoding.
         let after = self.cfg.policy.after_decode();
         if after != AfterDecode::Nothing {
             bytes_in += self.rebalance(s, after, &mut held)?;
         }
+        let t4 = self.now();
+        self.span(0, "assemble", format!("after decode step {s}"), t3, t4);
         held.sort_by_key(|(k, _)| *k);
         skipped.sort_unstable();
         skipped.dedup();
@@ -1007,6 +1168,17 @@ impl<'w> Loader<'w> {
         held
     }
 
+    /// Waits until these decode jobs of step `s` are done or `limit` has come.
+    fn wait_until(&mut self, s: u64, jobs: &[usize], limit: Instant) {
+        while jobs.iter().any(|&j| !self.done.contains_key(&(s, j))) {
+            let left = limit.saturating_duration_since(Instant::now());
+            match self.pool.recv_timeout(left) {
+                Some(outcome) => self.absorb(outcome),
+                None => return,
+            }
+        }
+    }
+
     /// Blocks until these decode jobs of step `s` are done.
     fn wait_for(&mut self, s: u64, jobs: &[usize]) -> Result<(), ExecError> {
         while jobs.iter().any(|&j| !self.done.contains_key(&(s, j))) {
@@ -1050,7 +1222,7 @@ impl<'w> Loader<'w> {
             return; // not ours (cannot happen: every job was submitted from a plan)
         };
         let (desc, range) = (plan.slots[plan.slot_of(j)].desc, plan.ranges[j]);
-        self.outstanding.remove(&(t, j));
+        let predicted = self.outstanding.remove(&(t, j));
         *self.cpu_by_step.entry(t).or_default() += outcome.cpu_seconds;
         if let (Ok(Output::Sampled { .. }), Some(d)) = (&outcome.result, desc) {
             let f = Features::predict_range(&d, &self.cfg.params, range);
@@ -1062,13 +1234,16 @@ impl<'w> Loader<'w> {
                 seconds: outcome.seconds,
             });
         }
-        let end = self.now();
+        let end = outcome.finished.saturating_duration_since(self.started).as_secs_f64();
         let lane = 1 + (k as u32 % self.workers_here.max(1));
-        let what = if range.start > 0 || plan.plan.jobs[j].part > 0 {
+        let mut what = if range.start > 0 || plan.plan.jobs[j].part > 0 {
             format!("decode {} frames {}..{} (step {t})", outcome.id, range.start, range.end)
         } else {
             format!("decode {} (step {t})", outcome.id)
         };
+        if let Some(p) = predicted {
+            what.push_str(&format!(", predicted {p:.3} s"));
+        }
         self.span(lane, "decode", what, end - outcome.seconds, end);
         self.done.insert((t, j), outcome);
     }

@@ -86,6 +86,10 @@ pub enum Batching {
     KarmarkarKarp,
 }
 
+/// [`PlanOptions::guard_share`]'s default: a tenth of the time until the batch is due, about
+/// the error of a two-step window's predicted length plus a large clip's predicted decode.
+pub const DEFAULT_GUARD_SHARE: f64 = 0.1;
+
 /// Knobs of the planner. Part of the input: two ranks with different options plan differently.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PlanOptions {
@@ -103,6 +107,11 @@ pub struct PlanOptions {
     pub helpers_per_move: u32,
     /// Input wait above which a batch counts as a miss (seconds; the protocol's 1 ms).
     pub miss_tolerance_s: f64,
+    /// Share of the time until a batch is due that placement tries to keep free before each of
+    /// its jobs is due (0: none — a plan on time by a hair is as good as any). Inputs written
+    /// without it read as 0.
+    #[serde(default)]
+    pub guard_share: f64,
 }
 
 impl Default for PlanOptions {
@@ -115,6 +124,7 @@ impl Default for PlanOptions {
             placement_moves: 4096,
             helpers_per_move: 8,
             miss_tolerance_s: 0.001,
+            guard_share: DEFAULT_GUARD_SHARE,
         }
     }
 }
@@ -155,6 +165,9 @@ impl PlanInput {
     pub fn validate(&self) -> Result<(), String> {
         if self.ranks.is_empty() {
             return Err("no ranks".into());
+        }
+        if !(0.0..1.0).contains(&self.options.guard_share) {
+            return Err(format!("options.guard_share {} must be in [0, 1)", self.options.guard_share));
         }
         for (r, s) in self.ranks.iter().enumerate() {
             if s.workers == 0 {

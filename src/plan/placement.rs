@@ -8,8 +8,8 @@
 //! before the deadline if it is done by then (its transfer then costs no wait), else when the
 //! batch is collected — its transfer after the deadline. Every job starts on its owner, except
 //! the pieces of split samples, which start side by side on the ranks that free up first. While
-//! a batch is predicted late, the planner tries, for its last-arriving samples and the ranks with
-//! the most slack:
+//! a batch is predicted late (or, once none is, at risk), the planner tries, for its
+//! last-arriving samples and the ranks whose workers free up first:
 //!
 //! - **offload**: decode the sample on the other rank and send the tensor (it must then arrive in
 //!   time: decoded by the exchange);
@@ -20,7 +20,11 @@
 //!
 //! It keeps the first change that improves the objective, in this order: less step delay (the sum
 //! over steps of the latest batch's lateness: a synchronous step waits for its last batch), fewer
-//! misses, less total lateness (offloads are only made to improve these, so fewer bytes move). All times are integer nanoseconds: exact and rank-independent.
+//! misses, less total lateness, then less risk — how far the jobs finish inside their batch's
+//! guard (`Problem::guard_ns`) before they are due: a plan on time by a hair is late as soon as a
+//! prediction runs long, so once no batch is late the search moves work off batches at risk to
+//! idle ranks (offloads are only made to improve these, so fewer bytes move). All times are
+//! integer nanoseconds: exact and rank-independent.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
@@ -64,6 +68,10 @@ pub struct Problem {
     pub exchange_ns: Vec<i64>,
     /// Input wait that counts as a miss.
     pub tolerance_ns: i64,
+    /// Per rank and step: the slack its jobs should keep before they are due (their batch's
+    /// deadline, or the exchange for a tensor decoded elsewhere); a job finishing with less is
+    /// at risk, and the search, once nothing is late, moves work away from such batches.
+    pub guard_ns: Vec<i64>,
 }
 
 /// Bounds of the search.
@@ -134,10 +142,11 @@ impl MaxTree {
     }
 }
 
-/// `(step delay, misses, lateness)` of a set of batches: the steps' delays first — in synchronous
-/// training a step starts when its last batch is ready, so what counts is each step's latest
-/// batch, summed over the steps concerned — then late batches, then their total lateness.
-type Objective = (i64, u64, i64);
+/// `(step delay, misses, lateness, risk)` of a set of batches: the steps' delays first — in
+/// synchronous training a step starts when its last batch is ready, so what counts is each
+/// step's latest batch, summed over the steps concerned — then late batches, then their total
+/// lateness, then the risk of their jobs ([`State::risk_of`]).
+type Objective = (i64, u64, i64, i64);
 
 struct State<'a> {
     p: &'a Problem,
@@ -146,6 +155,8 @@ struct State<'a> {
     decoder: Vec<u32>,
     pools: Vec<Vec<u32>>,
     arrival: Vec<i64>,
+    /// Per job: when its decode is predicted to end.
+    done: Vec<i64>,
     batch_samples: Vec<Vec<u32>>,
     ready: Vec<i64>,
     /// Per step: its batches' lateness by rank, with their maximum at hand (every leaf is set
@@ -166,6 +177,7 @@ impl<'a> State<'a> {
             decoder,
             pools: vec![Vec::new(); ranks],
             arrival: vec![0; p.owner.len()],
+            done: vec![0; p.owner.len()],
             batch_samples: vec![Vec::new(); ranks * p.steps],
             ready: vec![0; ranks * p.steps],
             late_by_step: vec![MaxTree::new(ranks); p.steps],
@@ -240,6 +252,7 @@ impl<'a> State<'a> {
             let Reverse((t, k)) = free.pop().expect("at least one worker");
             let done = t + self.p.decode_ns[i];
             free.push(Reverse((done, k)));
+            self.done[i] = done;
             self.arrival[i] = self.arrival_of(i, done);
         }
         self.pools[h] = jobs;
@@ -251,12 +264,13 @@ impl<'a> State<'a> {
 
     fn objective_of(&self, batches: &[usize]) -> Objective {
         let steps = self.p.steps;
-        let mut o = (0i64, 0u64, 0i64);
+        let mut o = (0i64, 0u64, 0i64, 0i64);
         let mut seen = vec![false; steps];
         for &b in batches {
             let late = self.ready[b] - self.p.deadline_ns[b];
             o.1 += (late > self.p.tolerance_ns) as u64;
             o.2 += late.max(0);
+            o.3 += self.risk_of(b);
             let k = b % steps;
             if !seen[k] {
                 seen[k] = true;
@@ -264,6 +278,19 @@ impl<'a> State<'a> {
             }
         }
         o
+    }
+
+    /// Σ over batch `b`'s jobs of how far each finishes inside the batch's guard before it is
+    /// due (0 without a guard, or when every job keeps it).
+    fn risk_of(&self, b: usize) -> i64 {
+        let guard = self.p.guard_ns.get(b).copied().unwrap_or(0);
+        if guard <= 0 {
+            return 0;
+        }
+        self.batch_samples[b]
+            .iter()
+            .map(|&i| (guard - (self.job_deadline(i as usize) - self.done[i as usize])).clamp(0, guard))
+            .sum()
     }
 
     /// How late step `k`'s latest batch is (0 when every batch is on time).
@@ -366,10 +393,9 @@ impl<'a> State<'a> {
             .min_by_key(|&j| ((self.p.accel_ns[j] - wi).abs(), self.p.id[j], j))
     }
 
-    /// How much later rank `h`'s batches could be ready (min over its steps of deadline − ready).
-    fn slack(&self, h: usize) -> i64 {
-        let steps = self.p.steps;
-        (0..steps).map(|k| self.p.deadline_ns[h * steps + k] - self.ready[h * steps + k]).min().unwrap_or(0)
+    /// When rank `h`'s workers run out of planned work (its backlog when it decodes nothing).
+    fn free_at(&self, h: usize) -> i64 {
+        self.pools[h].iter().map(|&i| self.done[i as usize]).max().unwrap_or(self.p.backlog_ns[h])
     }
 }
 
@@ -406,82 +432,124 @@ fn spread_pieces(p: &Problem, ranks: usize) -> Vec<u32> {
     decoder
 }
 
+/// Batches at risk (on time, inside their guard) the search tries to relieve, most at risk first.
+pub const RISK_TRIES: usize = 64;
+
+/// The ranks by when their workers free up, kept current as moves change their pools.
+struct Helpers {
+    free_key: Vec<i64>,
+    by_free: BTreeSet<(i64, usize)>,
+}
+
+/// Changes kept so far.
+struct Moves {
+    offloads: u32,
+    swaps: u32,
+}
+
+/// Tries, for batch `b`'s own-decoded samples (last to arrive first) and the ranks that free up
+/// first, an offload or an owner swap, and keeps the first that improves the objective over the
+/// batches it touches. Returns whether one was kept.
+fn improve(s: &mut State<'_>, b: usize, search: Search, helpers: &mut Helpers, moves: &mut Moves) -> bool {
+    let p = s.p;
+    let owner = b / p.steps;
+    let mut cands: Vec<usize> =
+        s.batch_samples[b].iter().map(|&i| i as usize).filter(|&i| !s.remote(i)).collect();
+    cands.sort_by_key(|&i| (Reverse(s.arrival[i]), Reverse(p.decode_ns[i]), p.id[i], i));
+    cands.truncate(3);
+    // Whether their own batches are on time or wait for someone else's pieces: idle CPUs can
+    // help either way.
+    let tried: Vec<usize> = helpers
+        .by_free
+        .iter()
+        .map(|&(_, h)| h)
+        .filter(|&h| h != owner)
+        .take(search.helpers.max(1) as usize)
+        .collect();
+    let mut kept: Option<Vec<usize>> = None;
+    'search: for &i in &cands {
+        for &h in &tried {
+            if search.offload {
+                let (before, after, batches) = s.relocate(i, h);
+                if after < before {
+                    moves.offloads += 1;
+                    kept = Some(batches);
+                    break 'search;
+                }
+                s.relocate(i, owner);
+            }
+            if search.swap_owners && !p.pinned[i] {
+                if let Some(j) = s.swap_partner(i, h) {
+                    let (before, after, batches) = s.swap_owners(i, j);
+                    if after < before {
+                        moves.swaps += 1;
+                        kept = Some(batches);
+                        break 'search;
+                    }
+                    s.swap_owners(i, j);
+                }
+            }
+        }
+    }
+    let Some(batches) = kept else { return false };
+    let mut touched: Vec<usize> = batches.iter().map(|&x| x / p.steps).collect();
+    touched.extend(tried.iter().copied().chain([owner]));
+    touched.sort_unstable();
+    touched.dedup();
+    for r in touched {
+        helpers.by_free.remove(&(helpers.free_key[r], r));
+        helpers.free_key[r] = s.free_at(r);
+        helpers.by_free.insert((helpers.free_key[r], r));
+    }
+    true
+}
+
 /// Places decode work: starts from every sample decoded by its owner and the pieces of split
-/// samples spread (`spread_pieces`), and changes late batches while the objective improves, at
-/// most `search.max_moves` times.
+/// samples spread (`spread_pieces`), and changes late batches while the objective improves, then
+/// relieves the batches most at risk — at most `search.max_moves` changes in all.
 pub fn place(p: &Problem, search: Search) -> Placement {
     let mut s = State::new(p);
     let (mut offloads, mut swaps) = (0u32, 0u32);
     if (search.offload || search.swap_owners) && s.ranks > 1 {
-        let mut slack_key: Vec<i64> = (0..s.ranks).map(|h| s.slack(h)).collect();
-        let mut by_slack: BTreeSet<(Reverse<i64>, usize)> =
-            (0..s.ranks).map(|h| (Reverse(slack_key[h]), h)).collect();
+        let free_key: Vec<i64> = (0..s.ranks).map(|h| s.free_at(h)).collect();
+        let by_free: BTreeSet<(i64, usize)> = (0..s.ranks).map(|h| (free_key[h], h)).collect();
+        let mut helpers = Helpers { free_key, by_free };
+        let mut moves = Moves { offloads: 0, swaps: 0 };
+        // 1. Late batches, the latest first, while a move helps one of them (ties: earlier step,
+        //    lower rank).
         let mut stuck = vec![false; s.ready.len()];
-        while offloads + swaps < search.max_moves {
-            // The latest batch not yet given up on (ties: earlier step, lower rank).
+        while moves.offloads + moves.swaps < search.max_moves {
             let worst = (0..s.ready.len())
                 .filter(|&b| !stuck[b])
                 .map(|b| (s.ready[b] - p.deadline_ns[b], b))
                 .filter(|&(late, _)| late > p.tolerance_ns)
                 .max_by_key(|&(late, b)| (late, Reverse(b % p.steps), Reverse(b / p.steps)));
             let Some((_, b)) = worst else { break };
-            let owner = b / p.steps;
-            // Its own-decoded samples, last to arrive first.
-            let mut cands: Vec<usize> =
-                s.batch_samples[b].iter().map(|&i| i as usize).filter(|&i| !s.remote(i)).collect();
-            cands.sort_by_key(|&i| (Reverse(s.arrival[i]), Reverse(p.decode_ns[i]), p.id[i], i));
-            cands.truncate(3);
-            // Other ranks whose own batches are all on time, most slack first.
-            let helpers: Vec<usize> = by_slack
-                .iter()
-                .take_while(|&&(Reverse(slack), _)| slack > 0)
-                .map(|&(_, h)| h)
-                .filter(|&h| h != owner)
-                .take(search.helpers.max(1) as usize)
-                .collect();
-            let mut kept: Option<Vec<usize>> = None;
-            'search: for &i in &cands {
-                for &h in &helpers {
-                    if search.offload {
-                        let (before, after, batches) = s.relocate(i, h);
-                        if after < before {
-                            offloads += 1;
-                            kept = Some(batches);
-                            break 'search;
-                        }
-                        s.relocate(i, owner);
-                    }
-                    if search.swap_owners && !p.pinned[i] {
-                        if let Some(j) = s.swap_partner(i, h) {
-                            let (before, after, batches) = s.swap_owners(i, j);
-                            if after < before {
-                                swaps += 1;
-                                kept = Some(batches);
-                                break 'search;
-                            }
-                            s.swap_owners(i, j);
-                        }
-                    }
-                }
-            }
-            match kept {
-                Some(batches) => {
-                    let mut touched: Vec<usize> = batches.iter().map(|&x| x / p.steps).collect();
-                    touched.extend(helpers.iter().copied().chain([owner]));
-                    touched.sort_unstable();
-                    touched.dedup();
-                    for r in touched {
-                        by_slack.remove(&(Reverse(slack_key[r]), r));
-                        slack_key[r] = s.slack(r);
-                        by_slack.insert((Reverse(slack_key[r]), r));
-                    }
-                }
-                None => stuck[b] = true,
+            if !improve(&mut s, b, search, &mut helpers, &mut moves) {
+                stuck[b] = true;
             }
         }
+        // 2. Then the batches most at risk, each tried once ([`RISK_TRIES`] of them at most: the
+        //    search stays bounded at thousands of ranks).
+        let mut at_risk: Vec<(i64, usize)> = (0..s.ready.len())
+            .filter(|&b| s.ready[b] - p.deadline_ns[b] <= p.tolerance_ns)
+            .map(|b| (s.risk_of(b), b))
+            .filter(|&(risk, _)| risk > 0)
+            .collect();
+        at_risk.sort_by_key(|&(risk, b)| (Reverse(risk), b % p.steps, b / p.steps));
+        for &(_, b) in at_risk.iter().take(RISK_TRIES) {
+            if moves.offloads + moves.swaps >= search.max_moves {
+                break;
+            }
+            if s.risk_of(b) > 0 {
+                improve(&mut s, b, search, &mut helpers, &mut moves);
+            }
+        }
+        offloads = moves.offloads;
+        swaps = moves.swaps;
     }
     let all: Vec<usize> = (0..s.ready.len()).collect();
-    let (delay_ns, misses, lateness_ns) = s.objective_of(&all);
+    let (delay_ns, misses, lateness_ns, _) = s.objective_of(&all);
     let bytes_moved = (0..s.decoder.len()).filter(|&i| s.remote(i)).map(|i| p.bytes[i]).sum();
     Placement {
         owner: s.owner,

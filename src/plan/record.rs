@@ -78,6 +78,9 @@ pub struct StepRecord {
     pub zstd_ratio: f64,
     /// zstd level-1 compression speed in bytes per second (0: not measured).
     pub zstd_bps: f64,
+    /// CPU of one of its decode workers under the CPU budget, in thousandths of a core (0: not
+    /// limited).
+    pub worker_millicores: u32,
 }
 
 /// A record that does not decode: not the format, or inconsistent counts.
@@ -144,6 +147,7 @@ impl StepRecord {
         b[72] = self.skips.len().min(MAX_SKIPS) as u8;
         b[73] = self.skips_overflow as u8;
         b[74] = self.observations.len().min(MAX_OBSERVATIONS) as u8;
+        put(&mut b, 76, &self.worker_millicores.to_le_bytes());
         put(&mut b, 80, &self.zstd_ratio.to_bits().to_le_bytes());
         put(&mut b, 88, &self.zstd_bps.to_bits().to_le_bytes());
         for (k, id) in self.skips.iter().take(MAX_SKIPS).enumerate() {
@@ -189,6 +193,7 @@ impl StepRecord {
             skips_overflow: overflow == 1,
             zstd_ratio: f64_at(b, 80),
             zstd_bps: f64_at(b, 88),
+            worker_millicores: u32_at(b, 76),
             observations: (0..n_obs)
                 .map(|k| {
                     let at = obs_at + OBS_BYTES * k;
@@ -229,7 +234,7 @@ mod tests {
 
     #[test]
     fn overflow_is_flagged_and_bad_bytes_rejected() {
-        let mut r = StepRecord { rank: 1, ..StepRecord::default() };
+        let mut r = StepRecord { rank: 1, worker_millicores: 500, ..StepRecord::default() };
         for id in 0..20 {
             r.push_skip(id);
         }

@@ -23,6 +23,8 @@ pub mod pieces;
 
 use std::str::FromStr;
 
+use crate::cost::accel::AccelModel;
+
 use crate::plan::{self, Batching, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
 
 /// A policy.
@@ -127,8 +129,11 @@ pub struct StepPlan {
     pub jobs: Vec<plan::DecodeJob>,
     /// Per rank: decode-job indices in the order its workers take them.
     pub order: Vec<Vec<u32>>,
-    /// Predicted accelerator seconds per rank.
+    /// Predicted accelerator seconds per rank (by the model at planning time).
     pub accel_s: Vec<f64>,
+    /// Per sample of the input: its tokens (to predict the ranks' steps again under a newer
+    /// model: [`StepPlan::accel_under`]).
+    pub tokens: Vec<u64>,
     /// Predicted misses (the planner's; 0 for baselines, which do not predict).
     pub predicted_misses: u64,
     /// Hash of the decisions.
@@ -139,6 +144,24 @@ impl StepPlan {
     /// The predicted step time: the slowest rank.
     pub fn step_s(&self) -> f64 {
         self.accel_s.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// Per rank: its batch's accelerator seconds under `model` — a plan made before the first
+    /// steps were measured predicted them with the prior, and the time until a later batch is
+    /// due must not.
+    pub fn accel_under(&self, model: &AccelModel) -> Vec<f64> {
+        let mut tokens: Vec<Vec<u64>> = vec![Vec::new(); self.accel_s.len()];
+        for (&owner, &t) in self.owner.iter().zip(&self.tokens) {
+            if let Some(rank) = tokens.get_mut(owner as usize) {
+                rank.push(t);
+            }
+        }
+        tokens.iter().map(|t| model.step_seconds(t)).collect()
+    }
+
+    /// The step's time under `model`: its slowest rank's.
+    pub fn step_under(&self, model: &AccelModel) -> f64 {
+        self.accel_under(model).into_iter().fold(0.0, f64::max)
     }
 }
 
@@ -188,6 +211,7 @@ pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPla
         jobs: p.jobs.clone(),
         order,
         accel_s: p.first_step_loads(),
+        tokens: input.samples.iter().map(|s| s.tokens).collect(),
         predicted_misses: if policy.name().starts_with("helix") { p.predicted_misses } else { 0 },
         hash: h.finish(),
     })
@@ -267,4 +291,35 @@ pub fn token_balance(decoded: &[plan::rebalance::Decoded], ranks: usize) -> Vec<
 /// Transfer model used by policies before one is calibrated: 20 µs + bytes / 5 GB/s.
 pub fn default_transfer() -> TransferCost {
     TransferCost::linear(20e-6, 5e9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_made_under_the_prior_is_predicted_again_under_the_fitted_model() {
+        let sample = |id, tokens| SampleIn { id, step: 0, tokens, decode_s: 0.01, bytes: 1 };
+        let input = PlanInput {
+            first_step: 0,
+            samples: vec![sample(1, 1000), sample(2, 3000)],
+            ranks: vec![RankState { workers: 1, accel_free_s: 1.0, queued_cpu_s: 0.0, mem_cap: 0 }; 2],
+            accel: AccelModel { c0: 0.01, a: 1e-6, b: 0.0 },
+            transfer: default_transfer(),
+            options: PlanOptions::default(),
+            pieces: Vec::new(),
+            exchange_s: 0.0,
+        };
+        let p = plan_step(Policy::Helix, 0, &input).unwrap();
+        assert!(p.step_s() < 0.02, "the prior predicts {} s", p.step_s());
+        let fitted = AccelModel { c0: 1.0, a: 5e-4, b: 0.0 };
+        let mut accel = p.accel_under(&fitted);
+        accel.sort_by(f64::total_cmp);
+        assert_eq!(accel.len(), 2);
+        assert!((accel[0] - 1.5).abs() < 1e-9 && (accel[1] - 2.5).abs() < 1e-9, "{accel:?}");
+        assert!((p.step_under(&fitted) - 2.5).abs() < 1e-9);
+        // Two such steps ahead of a batch: due in 5 s, not in the prior's 0.02 s.
+        let due = time_to_deadline(0, 2, |_| Some(p.step_under(&fitted)), None);
+        assert!((due - 5.0).abs() < 1e-9);
+    }
 }

@@ -88,6 +88,9 @@ pub struct SimConfig {
     /// How long before its accelerator's step ends a rank ships what of the next step is
     /// decoded (`Loader::ship_ahead`; the proposed executor).
     pub ship_margin_s: f64,
+    /// How long before its step ends a rank stops waiting for the rest it owes and ships it
+    /// (`Loader::ship_ahead`'s second exchange).
+    pub ship_slack_s: f64,
 }
 
 /// The executor simulated.
@@ -270,10 +273,15 @@ impl<'a> Sim<'a> {
             })
             .collect();
         let usable: Vec<usize> = (0..slots.len()).filter(|&k| slots[k].ok).collect();
-        let planned = |j| self.plans.get(&j).map(|p: &Planned| p.plan.step_s());
-        let due = policy::time_to_deadline(now_step, t, planned, self.training);
+        // Steps planned before are predicted again: the model has learned since.
+        let model = self.accel.model();
+        let planned = |j| self.plans.get(&j).map(|p: &Planned| p.plan.step_under(&model));
+        // Planned against the steps running short by one spread of the accelerator model: a
+        // batch is then ready even when they do.
+        let due =
+            policy::time_to_deadline(now_step, t, planned, self.training) * (-self.accel.spread()).exp();
         let exchange = match cfg.variant {
-            Variant::Proposed => (due - cfg.ship_margin_s).max(0.0),
+            Variant::Proposed => (due - cfg.ship_slack_s).max(0.0),
             Variant::AsIs => 0.0,
         };
         let offer = StepOffer::new(
@@ -382,8 +390,10 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
     let proposed = cfg.variant == Variant::Proposed;
     // Per rank: when it last had its batch in hand (and ran `prepare_ahead`'s exchange).
     let mut handed = vec![f64::NEG_INFINITY; r_n];
-    // Per rank: when it last ran `ship_ahead` (its step's end less the margin).
+    // Per rank: when it last ran `ship_ahead` (its step's end less the margin), and the latest
+    // its second exchange may wait for (the end less the slack).
     let mut shipped = vec![f64::NEG_INFINITY; r_n];
+    let mut ship_limit = vec![f64::NEG_INFINITY; r_n];
     for s in 0..cfg.steps {
         // 1–2. Records and planning — done here only for what the previous step did not plan
         //    ahead (the first steps, and every step of the as-is executor).
@@ -418,7 +428,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
             }
         }
         let p = sim.plans.remove(&s).ok_or_else(|| format!("step {s} was never planned"))?;
-        sim.training = Some((s, p.plan.step_s()));
+        sim.training = Some((s, p.plan.step_under(&sim.accel.model())));
         // Owner of each usable sample, as planned.
         let mut owner: Vec<u32> = p.plan.owner.clone();
         let mut bytes_in = vec![0u64; r_n];
@@ -439,6 +449,20 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         if !moved.is_empty() && proposed {
             // Pairwise, and a rank never waits to send: each tensor reaches its owner once it is
             // decoded (sent at the step's start when done by then) and moved over its link.
+            let done_of = |j: usize| if p.done_at[j].is_finite() { p.done_at[j] } else { at };
+            let rounds = |j: usize| {
+                let (from, to) = (p.plan.decoder[j] as usize, p.owner_of(j));
+                (handed[from].max(handed[to]), shipped[from].max(shipped[to]))
+            };
+            // `ship_ahead`'s second exchange: a rank still owing tensors after the first waits
+            // for them until its limit, then sends.
+            let mut second = vec![f64::NEG_INFINITY; r_n];
+            for j in 0..p.plan.jobs.len() {
+                let from = p.plan.decoder[j] as usize;
+                if from != p.owner_of(j) && done_of(j) > rounds(j).1 {
+                    second[from] = second[from].max(done_of(j).min(ship_limit[from]));
+                }
+            }
             for j in 0..p.plan.jobs.len() {
                 let (from, to) = (p.plan.decoder[j] as usize, p.owner_of(j));
                 if from == to {
@@ -447,15 +471,18 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                 let pos = p.slots[p.usable[p.plan.jobs[j].sample as usize]].pos.unwrap_or(0);
                 let (_, h, w) = crate::decode::sample::output_shape(&data.descriptors[pos], &cfg.params);
                 let bytes = p.ranges[j].len() as u64 * h as u64 * w as u64 * 3;
-                let done = if p.done_at[j].is_finite() { p.done_at[j] } else { at };
+                let done = done_of(j);
                 // Decoded by the previous hand-over: sent then (`prepare_ahead`); by the
-                // previous step's end less the margin: then (`ship_ahead`), both while the
-                // accelerators ran; otherwise when the batch is collected, or once decoded.
-                let (early, late) = (handed[from].max(handed[to]), shipped[from].max(shipped[to]));
+                // previous step's end less the margin: then (`ship_ahead`); by the sender's
+                // second exchange: then — all while the accelerators ran; otherwise when the
+                // batch is collected, or once decoded.
+                let (early, late) = rounds(j);
                 let sent = if done <= early {
                     early
                 } else if done <= late {
                     late
+                } else if done <= second[from] {
+                    second[from].max(shipped[to])
                 } else {
                     done.max(at)
                 };
@@ -578,6 +605,9 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         }
         let mut ends = vec![0.0f64; r_n];
         let mut step_records = Vec::with_capacity(r_n);
+        // Per rank: how much longer the slowest rank's step is predicted to take.
+        let accel = p.plan.accel_under(&sim.accel.model());
+        let slowest = accel.iter().copied().fold(0.0, f64::max);
         for r in 0..r_n {
             held[r].sort_unstable();
             let tokens: Vec<u64> = held[r].iter().map(|&k| tokens_of(p.slots[k].pos.unwrap_or(0))).collect();
@@ -586,6 +616,9 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
             ends[r] = hand + gpu_s;
             if proposed {
                 shipped[r] = (ends[r] - cfg.ship_margin_s).max(hand);
+                // Until the slowest rank is predicted to end its step (the loader's wait).
+                let behind = (slowest - accel[r]).clamp(0.0, accel[r].max(0.0));
+                ship_limit[r] = (ends[r] + behind - cfg.ship_slack_s).max(shipped[r]);
             }
             let rec = &mut sim.records[r];
             rec.gpu_s = gpu_s;

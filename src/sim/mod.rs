@@ -136,6 +136,7 @@ pub fn prepare(
         variant: over.variant,
         accel_window: over.accel_window.unwrap_or(loader_accel_window(ranks)),
         ship_margin_s: crate::exec::loader::DEFAULT_SHIP_MARGIN_S,
+        ship_slack_s: crate::exec::loader::DEFAULT_SHIP_SLACK_S,
     };
     Ok((cfg, SimData { descriptors, decode_s }))
 }
@@ -442,6 +443,7 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         variant: run.variant,
         accel_window: loader_accel_window(r),
         ship_margin_s: crate::exec::loader::DEFAULT_SHIP_MARGIN_S,
+        ship_slack_s: crate::exec::loader::DEFAULT_SHIP_SLACK_S,
     };
     simulate(&cfg, &SimData { descriptors, decode_s })
 }
