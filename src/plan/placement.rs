@@ -432,8 +432,9 @@ fn spread_pieces(p: &Problem, ranks: usize) -> Vec<u32> {
     decoder
 }
 
-/// Batches at risk (on time, inside their guard) the search tries to relieve, most at risk first.
-pub const RISK_TRIES: usize = 64;
+/// Batches at risk (on time, inside their guard) the search tries to relieve, most at risk first
+/// (each by moving its last-arriving sample only): relief, not a second search.
+pub const RISK_TRIES: usize = 32;
 
 /// The ranks by when their workers free up, kept current as moves change their pools.
 struct Helpers {
@@ -447,16 +448,23 @@ struct Moves {
     swaps: u32,
 }
 
-/// Tries, for batch `b`'s own-decoded samples (last to arrive first) and the ranks that free up
+/// Tries, for batch `b`'s `cands` last-arriving own-decoded samples and the ranks that free up
 /// first, an offload or an owner swap, and keeps the first that improves the objective over the
 /// batches it touches. Returns whether one was kept.
-fn improve(s: &mut State<'_>, b: usize, search: Search, helpers: &mut Helpers, moves: &mut Moves) -> bool {
+fn improve(
+    s: &mut State<'_>,
+    b: usize,
+    cands_n: usize,
+    search: Search,
+    helpers: &mut Helpers,
+    moves: &mut Moves,
+) -> bool {
     let p = s.p;
     let owner = b / p.steps;
     let mut cands: Vec<usize> =
         s.batch_samples[b].iter().map(|&i| i as usize).filter(|&i| !s.remote(i)).collect();
     cands.sort_by_key(|&i| (Reverse(s.arrival[i]), Reverse(p.decode_ns[i]), p.id[i], i));
-    cands.truncate(3);
+    cands.truncate(cands_n);
     // Whether their own batches are on time or wait for someone else's pieces: idle CPUs can
     // help either way.
     let tried: Vec<usize> = helpers
@@ -525,7 +533,7 @@ pub fn place(p: &Problem, search: Search) -> Placement {
                 .filter(|&(late, _)| late > p.tolerance_ns)
                 .max_by_key(|&(late, b)| (late, Reverse(b % p.steps), Reverse(b / p.steps)));
             let Some((_, b)) = worst else { break };
-            if !improve(&mut s, b, search, &mut helpers, &mut moves) {
+            if !improve(&mut s, b, 3, search, &mut helpers, &mut moves) {
                 stuck[b] = true;
             }
         }
@@ -542,7 +550,7 @@ pub fn place(p: &Problem, search: Search) -> Placement {
                 break;
             }
             if s.risk_of(b) > 0 {
-                improve(&mut s, b, search, &mut helpers, &mut moves);
+                improve(&mut s, b, 1, search, &mut helpers, &mut moves);
             }
         }
         offloads = moves.offloads;
