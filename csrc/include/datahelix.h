@@ -371,6 +371,27 @@ dh_result dh_loader_next(struct dh_loader *loader,
                          struct dh_batch **batch_out);
 
 /**
+ * Plans the coming steps and sends what other ranks still need of the step just handed over,
+ * while the accelerator runs: call it right after `dh_loader_next`, once the step is launched
+ * (without it, `dh_loader_next` does this work on the input-wait path). **Collective**: call
+ * it on every rank at every step, or never. Fails with `DH_NULL_PARAMETER`, `DH_CLOSED`, or
+ * `DH_COLLECTIVE`/`DH_LOADER` (the loader is then failed: free it).
+ */
+dh_result dh_loader_prepare_ahead(struct dh_loader *loader);
+
+/**
+ * Near the end of the accelerator step in training — `seconds_to_step_end` before it ends, about
+ * 0.1 s — sends the next step's tensors decoded here for other ranks and receives theirs, waits
+ * (at most until shortly before the slowest rank is predicted to end its step) for the ones
+ * still decoding and sends them too, and puts split samples together: that work then stays
+ * off the next `dh_loader_next`. Call it after `dh_loader_prepare_ahead`. **Collective**: call
+ * it on every rank at every step, or never. Fails with `DH_NULL_PARAMETER`, `DH_CLOSED`,
+ * `DH_INVALID_PARAMETER` (negative or non-finite seconds), or `DH_COLLECTIVE`/`DH_LOADER` (the
+ * loader is then failed: free it).
+ */
+dh_result dh_loader_ship_ahead(struct dh_loader *loader, double seconds_to_step_end);
+
+/**
  * Reports the measured accelerator seconds of the step whose batch `dh_loader_next` returned
  * last (call it once per step, before the next `dh_loader_next`; the batch may already be
  * released). The loader learns each rank's accelerator speed from these reports at the next

@@ -110,6 +110,8 @@ int main(int argc, char **argv) {
   EXPECT(DH_NULL_PARAMETER, dh_loader_next(NULL, 0, &batch));
   EXPECT(DH_NULL_PARAMETER, dh_loader_next(loader, 0, NULL));
   EXPECT(DH_NULL_PARAMETER, dh_loader_report_step(NULL, 0.1));
+  EXPECT(DH_NULL_PARAMETER, dh_loader_prepare_ahead(NULL));
+  EXPECT(DH_NULL_PARAMETER, dh_loader_ship_ahead(NULL, 0.1));
   EXPECT(DH_NULL_PARAMETER, dh_loader_metrics(NULL, &m));
   EXPECT(DH_NULL_PARAMETER, dh_loader_metrics(loader, NULL));
   EXPECT(DH_NULL_PARAMETER, dh_loader_close(NULL));
@@ -166,6 +168,8 @@ int main(int argc, char **argv) {
   EXPECT(DH_CLOSED, dh_loader_next(loader, 0, &batch));
   ASSERT(batch == NULL);
   EXPECT(DH_CLOSED, dh_loader_report_step(loader, 0.01));
+  EXPECT(DH_CLOSED, dh_loader_prepare_ahead(loader));
+  EXPECT(DH_CLOSED, dh_loader_ship_ahead(loader, 0.01));
   EXPECT(DH_CLOSED, dh_loader_all_reduce_sum(loader, &x, 1));
   CHECK(dh_loader_metrics(loader, &m));
   ASSERT(m.steps == 2);

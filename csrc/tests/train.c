@@ -83,9 +83,13 @@ int main(int argc, char **argv) {
     }
     (void)checksum;
 
-    /* The emulated accelerator step, then the gradient all-reduce every data-parallel step has. */
+    /* The emulated accelerator step (the loader plans and sends meanwhile, and ships the next
+     * step's tensors at its end), then the gradient all-reduce every data-parallel step has. */
     double accel_s = 0.002 + 1e-8 * (double)tokens;
+    CHECK(dh_loader_prepare_ahead(loader));
     sleep_s(accel_s);
+    EXPECT(DH_INVALID_PARAMETER, dh_loader_ship_ahead(loader, -1.0));
+    CHECK(dh_loader_ship_ahead(loader, 0.0));
     double grad[2] = {accel_s, (double)(n + n_skipped)};
     CHECK(dh_loader_all_reduce_sum(loader, grad, 2));
     ASSERT(fabs(grad[1] - (double)global_batch) < 0.5); /* every sample on exactly one rank */

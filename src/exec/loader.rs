@@ -966,8 +966,6 @@ impl<'w> Loader<'w> {
         if after != AfterDecode::Nothing {
             bytes_in += self.rebalance(s, after, &mut held)?;
         }
-        let t4 = self.now();
-        self.span(0, "assemble", format!("after decode step {s}"), t3, t4);
         held.sort_by_key(|(k, _)| *k);
         skipped.sort_unstable();
         skipped.dedup();

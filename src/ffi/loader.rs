@@ -10,7 +10,7 @@ use std::ffi::c_void;
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::config::dh_config;
 use super::{dh_result, ffi_boundary, Error};
@@ -314,6 +314,20 @@ impl dh_loader {
         Ok(dh_batch { batch, ids, tensors })
     }
 
+    /// Runs one of the loader's collective steps; a failure fails the loader, as in `next`.
+    fn ahead(
+        &mut self,
+        work: impl FnOnce(&mut Loader<'static>) -> Result<(), ExecError>,
+    ) -> Result<(), Error> {
+        let result = work(self.open()?);
+        if let Err(e) = result {
+            let e = exec_error(e);
+            self.state = State::Failed(e.message.clone());
+            return Err(e);
+        }
+        Ok(())
+    }
+
     fn report(&mut self, accel_s: f64) -> Result<(), Error> {
         if !(accel_s.is_finite() && accel_s >= 0.0) {
             return Err(Error::new(
@@ -498,6 +512,45 @@ pub extern "C" fn dh_loader_next(
         // SAFETY: batch_out is not NULL and points to writable storage for one pointer.
         unsafe { *batch_out = Box::into_raw(batch) };
         Ok(())
+    })
+}
+
+/// Plans the coming steps and sends what other ranks still need of the step just handed over,
+/// while the accelerator runs: call it right after `dh_loader_next`, once the step is launched
+/// (without it, `dh_loader_next` does this work on the input-wait path). **Collective**: call
+/// it on every rank at every step, or never. Fails with `DH_NULL_PARAMETER`, `DH_CLOSED`, or
+/// `DH_COLLECTIVE`/`DH_LOADER` (the loader is then failed: free it).
+#[no_mangle]
+pub extern "C" fn dh_loader_prepare_ahead(loader: *mut dh_loader) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
+        let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
+        loader.ahead(|l| l.prepare_ahead())
+    })
+}
+
+/// Near the end of the accelerator step in training — `seconds_to_step_end` before it ends, about
+/// 0.1 s — sends the next step's tensors decoded here for other ranks and receives theirs, waits
+/// (at most until shortly before the slowest rank is predicted to end its step) for the ones
+/// still decoding and sends them too, and puts split samples together: that work then stays
+/// off the next `dh_loader_next`. Call it after `dh_loader_prepare_ahead`. **Collective**: call
+/// it on every rank at every step, or never. Fails with `DH_NULL_PARAMETER`, `DH_CLOSED`,
+/// `DH_INVALID_PARAMETER` (negative or non-finite seconds), or `DH_COLLECTIVE`/`DH_LOADER` (the
+/// loader is then failed: free it).
+#[no_mangle]
+pub extern "C" fn dh_loader_ship_ahead(loader: *mut dh_loader, seconds_to_step_end: f64) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
+        let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
+        if !(seconds_to_step_end.is_finite() && seconds_to_step_end >= 0.0) {
+            return Err(Error::new(
+                dh_result::DH_INVALID_PARAMETER,
+                format!("seconds to the step's end {seconds_to_step_end} must be finite and non-negative"),
+            ));
+        }
+        // A day bounds the wait (and keeps the instant representable).
+        let step_end = Instant::now() + Duration::from_secs_f64(seconds_to_step_end.min(86_400.0));
+        loader.ahead(|l| l.ship_ahead(step_end))
     })
 }
 

@@ -220,7 +220,8 @@ pub struct Span {
     pub rank: u32,
     /// Thread within the rank: 0 the training loop, 1.. decode workers.
     pub thread: u32,
-    /// Category: `decode`, `wait`, `compute`, `transfer` or `plan`.
+    /// Category: `decode`, `wait`, `compute`, `transfer`, `plan` or `assemble` (a split
+    /// sample's pieces put together).
     pub cat: String,
     /// Label, e.g. `decode 1234` (a sample id) or `step 7`.
     pub name: String,

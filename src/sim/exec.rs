@@ -391,7 +391,9 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
     // Per rank: when it last had its batch in hand (and ran `prepare_ahead`'s exchange).
     let mut handed = vec![f64::NEG_INFINITY; r_n];
     // Per rank: when it last ran `ship_ahead` (its step's end less the margin), and the latest
-    // its second exchange may wait for (the end less the slack).
+    // its second exchange may wait for (the slowest rank's predicted end less the slack). (Not
+    // mirrored: the loader scales its decode priors to a worker's share of a core; this
+    // model starts from the priors as they are.)
     let mut shipped = vec![f64::NEG_INFINITY; r_n];
     let mut ship_limit = vec![f64::NEG_INFINITY; r_n];
     for s in 0..cfg.steps {

@@ -103,6 +103,8 @@ def load_library(path=None):
         "dh_loader_world": ([P, ctypes.POINTER(sz), ctypes.POINTER(sz)], res),
         "dh_loader_next": ([P, ctypes.c_uint32, pp], res),
         "dh_loader_report_step": ([P, ctypes.c_double], res),
+        "dh_loader_prepare_ahead": ([P], res),
+        "dh_loader_ship_ahead": ([P, ctypes.c_double], res),
         "dh_loader_all_reduce_sum": ([P, ctypes.POINTER(ctypes.c_double), sz], res),
         "dh_loader_metrics": ([P, ctypes.POINTER(Metrics)], res),
         "dh_loader_close": ([P], res),
@@ -220,6 +222,21 @@ class Loader:
                 if not batch.reported:
                     batch.report(time.perf_counter() - started)
                 batch.release()
+
+    def prepare_ahead(self):
+        """Plans ahead and sends what other ranks still need, while the accelerator runs: call it
+        right after ``next_batch`` once the step is launched (collective: every rank, every step,
+        or never)."""
+        _check(self._lib, "dh_loader_prepare_ahead", self._lib.dh_loader_prepare_ahead(self._handle))
+
+    def ship_ahead(self, seconds_to_step_end):
+        """About 0.1 s before the accelerator step ends: exchanges the next step's tensors
+        decoded for other ranks (collective: every rank, every step, or never)."""
+        _check(
+            self._lib,
+            "dh_loader_ship_ahead",
+            self._lib.dh_loader_ship_ahead(self._handle, float(seconds_to_step_end)),
+        )
 
     def report_step(self, accel_seconds):
         _check(self._lib, "dh_loader_report_step", self._lib.dh_loader_report_step(self._handle, float(accel_seconds)))

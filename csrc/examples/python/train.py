@@ -33,9 +33,12 @@ def main():
                 assert frames.dtype == np.uint8 and frames.ndim == 4 and frames.shape[3] == 3
                 assert not frames.flags.owndata  # a view of the batch's memory
                 pixels += float(frames.mean())
-            # The emulated accelerator step, then the gradient all-reduce.
+            # The emulated accelerator step (the loader plans and sends meanwhile, and ships the
+            # next step's tensors near its end), then the gradient all-reduce.
             accel_s = 0.002 + 1e-8 * sum(batch.tokens)
+            loader.prepare_ahead()
             time.sleep(accel_s)
+            loader.ship_ahead(0.0)
             grad = loader.all_reduce_sum(np.array([accel_s, len(batch.ids) + len(batch.skipped)], dtype=np.float64))
             assert int(round(grad[1])) == args.global_batch, grad
             batch.report(time.perf_counter() - t0)
