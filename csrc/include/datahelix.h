@@ -16,9 +16,9 @@
  *   is used by one thread at a time. A dh_loader is NOT thread-safe: call its functions from the
  *   thread that created it (MPI runs at MPI_THREAD_FUNNELED). A dh_batch's read-only functions
  *   may be called from any thread while it is not being released.
- * - Collective functions (dh_loader_new, dh_loader_next, dh_loader_all_reduce_sum,
- *   dh_loader_close, and dh_loader_free of an open loader) must be called by every rank, in
- *   the same order. A rank that stops answering makes the others' watchdog abort the job with a
+ * - Collective functions (dh_loader_new, dh_loader_next, dh_loader_prepare_ahead,
+ *   dh_loader_ship_ahead, dh_loader_all_reduce_sum, dh_loader_close, and dh_loader_free of an
+ *   open loader) must be called by every rank, in the same order. A rank that stops answering makes the others' watchdog abort the job with a
  *   report (exit status 3) after collective_timeout_s.
  * - Lifetimes: a batch's ids and tensor views are valid until dh_batch_release of that batch,
  *   also after its loader is closed or freed.
