@@ -258,6 +258,8 @@ pub struct Loader<'w> {
     workers_here: u32,
     /// One decode worker's CPU under the budget, thousandths of a core (0: not limited).
     worker_millicores: u32,
+    /// Where rank 0 writes every planner input (`DATAHELIX_PLAN_DUMP`).
+    plan_dump: Option<PathBuf>,
     decode_model: CostModel,
     accel: AccelFit,
     plans: BTreeMap<u64, Planned>,
@@ -314,11 +316,10 @@ pub struct Counters {
     pub predicted_misses: u64,
 }
 
-/// With `DATAHELIX_PLAN_DUMP=DIR`, writes step `t`'s planner input to `DIR/step-<t>.json`
+/// Writes step `t`'s planner input to `DIR/step-<t>.json`, `DIR` from `DATAHELIX_PLAN_DUMP`
 /// (`datahelix plan --input` replans it): the plan is a function of it alone.
-fn dump_plan_input(t: u64, input: &PlanInput) {
-    let Some(dir) = std::env::var_os("DATAHELIX_PLAN_DUMP") else { return };
-    let path = std::path::Path::new(&dir).join(format!("step-{t}.json"));
+fn dump_plan_input(dir: &std::path::Path, t: u64, input: &PlanInput) {
+    let path = dir.join(format!("step-{t}.json"));
     let written = std::fs::create_dir_all(&dir)
         .map_err(|e| e.to_string())
         .and_then(|()| serde_json::to_vec_pretty(input).map_err(|e| e.to_string()))
@@ -396,6 +397,7 @@ impl<'w> Loader<'w> {
             group,
             workers_here,
             worker_millicores,
+            plan_dump: std::env::var_os("DATAHELIX_PLAN_DUMP").map(PathBuf::from),
             decode_model: CostModel::default(),
             plans: BTreeMap::new(),
             done: HashMap::new(),
@@ -502,7 +504,8 @@ impl<'w> Loader<'w> {
         self.behind_slowest_s = self.plans.get(&s).map_or(0.0, |p| {
             let accel = p.plan.accel_under(&model);
             let own = accel.get(me).copied().unwrap_or(0.0);
-            (p.plan.step_under(&model) - own).clamp(0.0, own.max(0.0))
+            let slowest = accel.iter().copied().fold(0.0, f64::max);
+            (slowest - own).clamp(0.0, own.max(0.0))
         });
         self.plans.retain(|&t, _| t >= s);
         self.assembled.retain(|&t, _| t > s);
@@ -694,8 +697,8 @@ impl<'w> Loader<'w> {
             pieces: offer.pieces.clone(),
             exchange_s: exchange,
         };
-        if me == 0 {
-            dump_plan_input(t, &input);
+        if let (0, Some(dir)) = (me, &self.plan_dump) {
+            dump_plan_input(dir, t, &input);
         }
         let plan =
             policy::plan_step(self.cfg.policy, t, &input).map_err(|e| ExecError::Invalid(e.to_string()))?;
