@@ -498,15 +498,11 @@ impl<'w> Loader<'w> {
         self.next_step += 1;
         // Step s trains now: its plan stays until `prepare_ahead` has sent the rest of its
         // tensors; its predicted time is still ahead when planning from here.
-        let model = self.accel.model();
-        self.training = self.plans.get(&s).map(|p| (s, p.plan.step_under(&model)));
-        let me = self.world.rank();
-        self.behind_slowest_s = self.plans.get(&s).map_or(0.0, |p| {
-            let accel = p.plan.accel_under(&model);
-            let own = accel.get(me).copied().unwrap_or(0.0);
-            let slowest = accel.iter().copied().fold(0.0, f64::max);
-            (slowest - own).clamp(0.0, own.max(0.0))
-        });
+        let accel = self.plans.get(&s).map(|p| p.plan.accel_under(&self.accel.model()));
+        let slowest = accel.as_ref().map(|a| a.iter().copied().fold(0.0, f64::max));
+        self.training = slowest.map(|x| (s, x));
+        let own = accel.and_then(|a| a.get(self.world.rank()).copied()).unwrap_or(0.0);
+        self.behind_slowest_s = slowest.map_or(0.0, |x| (x - own).clamp(0.0, own.max(0.0)));
         self.plans.retain(|&t, _| t >= s);
         self.assembled.retain(|&t, _| t > s);
         self.prepared = None;
