@@ -130,6 +130,35 @@ impl Strategy {
         }
     }
 
+    /// The strategy for decoding any targets of `d`, the whole sample or a piece of it:
+    /// [`choose`](Strategy::choose) over the stream's frames and the sample's target count.
+    /// Whether to seek depends on the gap between targets against the keyframe distance, and a
+    /// piece (a run of consecutive targets) has the whole's gaps. (Judging a piece by its own
+    /// target count against the whole stream's frames saw gaps that are not there: a short
+    /// piece seemed sparse enough to seek where the whole scans, or the reverse.)
+    ///
+    /// ```
+    /// use datahelix::decode::{Params, Strategy};
+    /// use datahelix::descriptor::{Descriptor, Modality};
+    ///
+    /// // 51 s at 3 fps, a keyframe every 2 frames: 16 targets 9 frames apart, seek to each.
+    /// let d = Descriptor {
+    ///     modality: Modality::Video,
+    ///     frames: 153,
+    ///     fps_num: 3,
+    ///     fps_den: 1,
+    ///     duration_ticks: 51,
+    ///     time_base_num: 1,
+    ///     time_base_den: 1,
+    ///     keyint: 2,
+    ///     ..Descriptor::default()
+    /// };
+    /// assert_eq!(Strategy::for_sample(&d, &Params::default()), Strategy::Seek);
+    /// ```
+    pub fn for_sample(d: &crate::descriptor::Descriptor, params: &Params) -> Strategy {
+        Strategy::choose(d.keyint, d.frames, output_shape(d, params).0)
+    }
+
     /// Picks the strategy predicted cheaper from descriptor fields: `keyint` (largest keyframe
     /// distance in frames, 0 unknown), the stream's `frames` and the number of sampled frames.
     ///
