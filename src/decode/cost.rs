@@ -46,7 +46,7 @@ impl Features {
     /// Predicts the features of decoding only the targets `range` of `d` (a piece from
     /// [`split_targets`](super::split::split_targets)): seek to the predicted keyframe before the
     /// range's first target (none for a range starting at 0), decode up to its last target's
-    /// frame, by the strategy the whole sample takes ([`Strategy::for_sample`]). The whole range
+    /// frame, by the strategy [`Strategy::for_range`] picks. The whole range
     /// is [`Features::predict`]; the pieces of a split add up to no more than the whole plus the
     /// frames between each piece's keyframe and its first target. A range reaching past `F` is
     /// cut to `F`.
@@ -80,7 +80,7 @@ impl Features {
         };
         // A scan decodes up to the last target, t = (2·last − 1)/(2F) · d, plus one frame.
         let scan = (((2.0 * last - 1.0) / (2.0 * f) * dur * fps + 1.0).min(total) - first).max(1.0);
-        let decoded = match Strategy::for_sample(d, params) {
+        let decoded = match Strategy::for_range(d, params, FrameRange { start, end }) {
             Strategy::Scan => scan,
             Strategy::Seek => (n * (d.keyint as f64 / 2.0 + 1.0)).min(scan),
         };

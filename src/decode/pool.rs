@@ -490,7 +490,7 @@ fn run_job(job: &Job, buffers: &Arc<Buffers>, params: &Params) -> Option<JobResu
             return Err(Failure::TooLarge { need, budget: buffers.budget });
         }
         let strategy = job.strategy.unwrap_or_else(|| match &job.descriptor {
-            Some(d) => Strategy::for_sample(d, params),
+            Some(d) => Strategy::for_range(d, params, range),
             None => Strategy::Scan,
         });
         let w0 = Instant::now();

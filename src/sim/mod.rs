@@ -75,7 +75,7 @@ pub struct Overrides {
     pub seed: Option<u64>,
     /// The executor.
     pub variant: Variant,
-    /// Observations the accelerator fit keeps (None: the loader's 64).
+    /// Observations the accelerator fit keeps (None: the loader's, [`loader_accel_window`]).
     pub accel_window: Option<usize>,
     /// The CPU budget as a share of the accelerator ([`workload::Run::cpu_per_accel`]); replaces
     /// the file's budget.
