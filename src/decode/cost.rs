@@ -46,8 +46,8 @@ impl Features {
     /// Predicts the features of decoding only the targets `range` of `d` (a piece from
     /// [`split_targets`](super::split::split_targets)): seek to the predicted keyframe before the
     /// range's first target (none for a range starting at 0), decode up to its last target's
-    /// frame, by the strategy [`Strategy::for_range`] picks. The whole range
-    /// is [`Features::predict`]; the pieces of a split add up to no more than the whole plus the
+    /// frame, by the strategy [`Strategy::for_range`] picks. The whole range is
+    /// [`Features::predict`]; the pieces of a split add up to no more than the whole plus the
     /// frames between each piece's keyframe and its first target. A range reaching past `F` is
     /// cut to `F`.
     pub fn predict_range(d: &Descriptor, params: &Params, range: FrameRange) -> Features {

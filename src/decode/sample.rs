@@ -235,6 +235,32 @@ mod tests {
     }
 
     #[test]
+    fn a_piece_seeks_where_its_whole_seeks_or_its_own_count_says_so() {
+        use crate::decode::split::FrameRange;
+        use crate::descriptor::{Descriptor, Modality};
+        // skewed.json's noisy 720p clip: 101 frames at 30 fps, keyframes 29 apart, 6 targets
+        // 17 frames apart: the whole scans; a piece of one target seeks to its keyframe.
+        let d = Descriptor {
+            modality: Modality::Video,
+            frames: 101,
+            fps_num: 30,
+            fps_den: 1,
+            duration_ticks: 3367,
+            time_base_num: 1,
+            time_base_den: 1000,
+            keyint: 29,
+            ..Descriptor::default()
+        };
+        let p = Params::default();
+        assert_eq!(output_shape(&d, &p).0, 6);
+        assert_eq!(Strategy::for_range(&d, &p, FrameRange::whole(6)), Strategy::Scan);
+        assert_eq!(Strategy::for_range(&d, &p, FrameRange { start: 5, end: 6 }), Strategy::Seek);
+        // Keyframes unknown: always a scan.
+        let d = Descriptor { keyint: 0, ..d };
+        assert_eq!(Strategy::for_range(&d, &p, FrameRange { start: 5, end: 6 }), Strategy::Scan);
+    }
+
+    #[test]
     fn seek_only_when_gaps_dwarf_the_gop() {
         assert_eq!(Strategy::choose(250, 240, 16), Strategy::Scan);
         assert_eq!(Strategy::choose(0, 100_000, 16), Strategy::Scan);
