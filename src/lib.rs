@@ -64,3 +64,4 @@ pub mod probe;
 pub mod rng;
 pub mod sampler;
 pub mod sim;
+pub mod step;

@@ -1,16 +1,17 @@
 //! The simulator's suite in reduced form (few steps): every workload under every policy delivers
-//! each sample of each global batch exactly once (or reports it skipped), and the same seed gives
-//! the same numbers.
+//! each sample of each global batch exactly once (or reports it skipped) — also with every round
+//! agreed on (`check_plan`: the ranks' plans and collective schedules compared) — and the same
+//! seed gives the same numbers.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use datahelix::policy::Policy;
 use datahelix::sampler::Sampler;
-use datahelix::sim::{self, Overrides, Variant};
+use datahelix::sim::{self, Overrides};
 
-fn reduced(variant: Variant) -> Overrides {
-    Overrides { steps: Some(6), variant, ..Overrides::default() }
+fn reduced() -> Overrides {
+    Overrides { steps: Some(6), ..Overrides::default() }
 }
 
 #[test]
@@ -19,10 +20,10 @@ fn every_workload_and_policy_delivers_exactly_once() {
     assert_eq!(files.len(), 11, "the suite ships 11 workloads");
     for file in files {
         let (w, cal) = sim::load(&file).unwrap();
-        for variant in [Variant::AsIs, Variant::Proposed] {
+        for check_plan in [false, true] {
             for policy in Policy::ALL {
-                let over = reduced(variant);
-                let (cfg, data) = sim::prepare(&w, &cal, policy, &over).unwrap();
+                let (mut cfg, data) = sim::prepare(&w, &cal, policy, &reduced()).unwrap();
+                cfg.check_plan = check_plan;
                 let run = sim::simulate(&cfg, &data).unwrap();
                 let ids: Vec<u64> = data.descriptors.iter().map(|d| d.id).collect();
                 let sampler = Sampler::new(&ids, cfg.seed);
@@ -36,7 +37,7 @@ fn every_workload_and_policy_delivers_exactly_once() {
                         .flat_map(|r| r.ids.iter().chain(&r.skipped).copied())
                         .collect();
                     got.sort_unstable();
-                    assert_eq!(got, want, "{} {policy} {variant:?} step {s}", w.name);
+                    assert_eq!(got, want, "{} {policy} check_plan {check_plan} step {s}", w.name);
                 }
                 let waits_ok = run.records.iter().all(|r| r.input_wait_s >= -1e-9 && r.end_s >= r.start_s);
                 assert!(waits_ok, "{} {policy}: negative wait or step", w.name);
@@ -51,13 +52,11 @@ fn same_seed_same_numbers_other_seed_other_numbers() {
     let (w, cal) = sim::load(Path::new("scripts/workloads/llava_video_178k.toml")).unwrap();
     let mut seen = BTreeMap::new();
     for policy in [Policy::RankLocal, Policy::Helix] {
-        let a = sim::run_workload(&w, &cal, policy, &reduced(Variant::Proposed)).unwrap();
-        let b = sim::run_workload(&w, &cal, policy, &reduced(Variant::Proposed)).unwrap();
+        let a = sim::run_workload(&w, &cal, policy, &reduced()).unwrap();
+        let b = sim::run_workload(&w, &cal, policy, &reduced()).unwrap();
         assert_eq!(a.records, b.records, "{policy}");
         assert_eq!(a.summary, b.summary, "{policy}");
-        let c =
-            sim::run_workload(&w, &cal, policy, &Overrides { seed: Some(99), ..reduced(Variant::Proposed) })
-                .unwrap();
+        let c = sim::run_workload(&w, &cal, policy, &Overrides { seed: Some(99), ..reduced() }).unwrap();
         assert_ne!(a.records, c.records, "{policy}: the seed must matter");
         seen.insert(policy, a.summary.throughput);
     }

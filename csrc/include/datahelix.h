@@ -146,6 +146,32 @@ typedef struct dh_config dh_config;
 typedef struct dh_loader dh_loader;
 
 /**
+ * The accelerator side of one training step, for `dh_loader_step`: callbacks the library calls
+ * on the calling thread, each given `user`.
+ */
+typedef struct dh_accelerator {
+  /**
+   * Starts the step on `batch` (asynchronously where the accelerator can; the batch stays
+   * valid until the caller releases it); returns 0, or non-zero to fail the step. Required.
+   */
+  int32_t (*launch)(void *user, const struct dh_batch *batch);
+  /**
+   * Seconds until the step ends, or a negative value when unknown (the loader then predicts
+   * it). May be NULL (unknown).
+   */
+  double (*seconds_left)(void *user);
+  /**
+   * Waits for the step to end; returns its accelerator seconds, or a negative value to fail
+   * the step. Required.
+   */
+  double (*wait)(void *user);
+  /**
+   * Passed to every callback.
+   */
+  void *user;
+} dh_accelerator;
+
+/**
  * What the loader measured on this rank, over the delivered steps from `warmup` on.
  * A step's wait is the time `dh_loader_next` blocked; a step is a miss when it waited more
  * than 1 ms (`miss_rate`) or 10 ms (`miss_rate_10ms`); a step ends when it is reported with
@@ -303,7 +329,9 @@ dh_result dh_config_from_file(const char *path, struct dh_config **config_out);
  * `steps` (steps the run takes; `dh_loader_next` returns `DH_END` after them; default: no
  * limit), `warmup` (first steps left out of `dh_loader_metrics`), `lookahead`, `budget_mib`,
  * `cpu_budget` (`true`/`false`: confine decode workers to a cgroup), `cores`, `job`,
- * `check_plan` (`true`/`false`), `max_frames`, `max_pixels`, `collective_timeout_s` (the
+ * `check_plan` (`true`/`false`), `split_above_s` (placement policies: decode every sample
+ * predicted longer than this many seconds in pieces), `max_frames`, `max_pixels`,
+ * `collective_timeout_s` (the
  * collectives' watchdog, see `dh_loader_next`). Fails with `DH_NULL_PARAMETER`,
  * `DH_UNKNOWN_KEY` (the message names the key and lists the known ones) or
  * `DH_INVALID_PARAMETER` (the message names the key and the expected value); the configuration
@@ -390,6 +418,22 @@ dh_result dh_loader_prepare_ahead(struct dh_loader *loader);
  * loader is then failed: free it).
  */
 dh_result dh_loader_ship_ahead(struct dh_loader *loader, double seconds_to_step_end);
+
+/**
+ * One whole training step, driven by the library: the next batch (as `dh_loader_next`), the
+ * accelerator's step launched on it through `accel->launch`, the coming steps planned while it
+ * runs (`dh_loader_prepare_ahead`), the next step's tensors shipped shortly before it ends
+ * (`dh_loader_ship_ahead`, timed by `accel->seconds_left`), `accel->wait`, and the measured
+ * seconds reported (`dh_loader_report_step`). Writes the batch to `*batch_out`, owned by the
+ * caller until `dh_batch_release`. The step's gradient all-reduce is the caller's, after it
+ * returns. **Collective**, like the calls it makes; the callbacks may run the caller's own
+ * collectives. Fails with `DH_NULL_PARAMETER` (also a NULL `launch` or `wait`), `DH_CLOSED`,
+ * `DH_END`, or `DH_LOADER`/`DH_COLLECTIVE`/`DH_INDEX` (a callback failed, or the step could not
+ * go on; the loader is then failed: free it); nothing is written then.
+ */
+dh_result dh_loader_step(struct dh_loader *loader,
+                         const struct dh_accelerator *accel,
+                         struct dh_batch **batch_out);
 
 /**
  * Reports the measured accelerator seconds of the step whose batch `dh_loader_next` returned

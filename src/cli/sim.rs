@@ -64,11 +64,7 @@ pub struct SimArgs {
     /// `--data`: the decode-cost calibration (`datahelix calibrate --json` output).
     #[arg(long, default_value = "scripts/workloads/calibration.json")]
     pub calibration: PathBuf,
-    /// The executor: `proposed` (src/exec/loader.rs as it is now) or `as-is` (the loader before
-    /// its backlog and gate fixes, to show their effect).
-    #[arg(long, default_value = "proposed")]
-    pub exec: crate::sim::Variant,
-    /// Observations the accelerator fit keeps (default: the loader's 64).
+    /// Observations the accelerator fit keeps (default: the loader's, 8 × max(R, 8)).
     #[arg(long)]
     pub accel_window: Option<usize>,
     /// Print one JSON document.
@@ -119,7 +115,6 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
         workers_per_rank: args.workers_per_rank,
         steps: args.steps,
         seed: args.seed,
-        variant: args.exec,
         accel_window: args.accel_window,
         cpu_per_accel: args.cpu_per_accel,
     };
@@ -195,7 +190,6 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
                 seed: args.seed.unwrap_or(0),
                 profile: args.profile,
                 overhead_s: args.overhead_s,
-                variant: args.exec,
             };
             let r = sim::run_data(dir, &cal, &run).map_err(CliError::usage)?;
             let pr = PolicyResult::of(&r);

@@ -3,7 +3,7 @@
 //! output document (`params`, `records`, `summary`) with `--out`.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Args;
 use serde_json::json;
@@ -12,6 +12,7 @@ use super::CliError;
 use crate::collective::ReduceOp;
 use crate::comm;
 use crate::emu::Profile;
+use crate::exec::emulated::EmulatedAccelerator;
 use crate::exec::loader::{Loader, LoaderConfig};
 use crate::metrics::trace::{write_trace, RankMeta};
 use crate::metrics::{summarize, RankStep, Span, TrainResult};
@@ -82,6 +83,20 @@ fn fail(e: impl std::fmt::Display) -> CliError {
     CliError { code: 3, message: e.to_string() }
 }
 
+/// A loader error on one rank of several: said here, then the job ends on every rank at once
+/// (the others would otherwise wait in their next collective until the watchdog's timeout, and
+/// this rank in MPI's finalisation, with the message unprinted).
+fn fail_job(rank: usize, ranks: usize, e: impl std::fmt::Display) -> CliError {
+    if ranks > 1 && crate::comm::mpi::raw::is_active() {
+        eprintln!(
+            "datahelix: rank {rank}: {e}; ending the job on every rank (exit {})",
+            crate::comm::EXIT_ABORTED
+        );
+        crate::comm::mpi::raw::abort(crate::comm::EXIT_ABORTED);
+    }
+    fail(e)
+}
+
 /// Runs `datahelix train`.
 pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     let backend: comm::Backend = args.backend.parse().map_err(CliError::usage)?;
@@ -135,21 +150,13 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     loader.set_epoch(t0);
     let mut records = Vec::with_capacity(args.steps as usize);
     let mut spans: Vec<Span> = Vec::new();
+    let mut accel = EmulatedAccelerator::new(args.profile, args.seed, rank);
     for step in 0..args.steps {
         let start_s = t0.elapsed().as_secs_f64();
-        let batch = loader.next_batch().map_err(fail)?;
-        let in_hand = Instant::now();
-        let tokens: Vec<u64> = batch.samples.iter().map(|s| s.tokens).collect();
-        let gpu_s = args.profile.step_seconds(&tokens, args.seed, step, rank as u64);
-        // The accelerator runs asynchronously: the loader plans ahead meanwhile, and the rank
-        // sleeps for what is left of the step.
-        loader.prepare_ahead().map_err(fail)?;
-        // Near its end, what of the next step was decoded for other ranks meanwhile travels.
-        let margin = Duration::from_secs_f64(loader.config().ship_margin_s);
-        let accel = Duration::from_secs_f64(gpu_s);
-        std::thread::sleep(accel.saturating_sub(margin).saturating_sub(in_hand.elapsed()));
-        loader.ship_ahead(in_hand + accel).map_err(fail)?;
-        std::thread::sleep(accel.saturating_sub(in_hand.elapsed()));
+        // The library's step driver: the batch, the accelerator's step on it (the loader plans
+        // and ships meanwhile), its seconds reported.
+        let batch = loader.train_step(&mut accel).map_err(|e| fail_job(rank, ranks, e))?;
+        let gpu_s = accel.last_seconds();
         let compute_end = t0.elapsed().as_secs_f64();
         let mut grad = [gpu_s];
         c.all_reduce_f64(&mut grad, ReduceOp::Sum).map_err(fail)?;
@@ -182,9 +189,9 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
             skipped: batch.skipped.clone(),
             start_s,
             end_s,
-            max_sample_gpu_s: tokens.iter().map(|&t| args.profile.sample_seconds(t)).fold(0.0, f64::max),
+            max_sample_gpu_s: accel.max_sample_seconds(&batch),
             decode_cpu_s: batch.decode_cpu_s,
-            tokens: tokens.iter().sum(),
+            tokens: batch.samples.iter().map(|s| s.tokens).sum(),
             bytes_in: batch.bytes_in,
             tensor_checksum: args.checksums.then(|| {
                 batch.samples.iter().fold(0u64, |acc, smp| {
@@ -194,11 +201,9 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
                 })
             }),
         });
-        loader.report_step(gpu_s, &batch);
-        drop(batch);
     }
     spans.extend(loader.spans().iter().cloned());
-    let counters = loader.counters;
+    let counters = loader.counters();
     drop(loader);
 
     // Gather every rank's records (and spans) on every rank; rank 0 writes.

@@ -1,6 +1,8 @@
 //! The per-rank executor: [`loader::Loader`] yields each step's batch; [`cgroup`] enforces the
-//! per-rank CPU budget; [`exchange`] moves decoded tensors between ranks.
+//! per-rank CPU budget; [`exchange`] moves decoded tensors between ranks; [`emulated`] is the
+//! protocol's emulated accelerator.
 
 pub mod cgroup;
+pub mod emulated;
 pub mod exchange;
 pub mod loader;

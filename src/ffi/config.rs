@@ -33,6 +33,7 @@ pub(crate) const KEYS: &[&str] = &[
     "cores",
     "job",
     "check_plan",
+    "split_above_s",
     "max_frames",
     "max_pixels",
     "collective_timeout_s",
@@ -94,6 +95,13 @@ impl dh_config {
             }
             "job" => l.job = value.to_string(),
             "check_plan" => l.check_plan = boolean(key, value)?,
+            "split_above_s" => {
+                let v: f64 = value.trim().parse().map_err(|_| invalid(key, value, "expected seconds"))?;
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(invalid(key, value, "expected finite, non-negative seconds"));
+                }
+                l.split_above_s = Some(v);
+            }
             "max_frames" => l.params.max_frames = num(key, value, "expected a positive integer")?,
             "max_pixels" => l.params.max_pixels = num(key, value, "expected a positive integer")?,
             "collective_timeout_s" => {
@@ -188,7 +196,9 @@ pub extern "C" fn dh_config_from_file(path: *const c_char, config_out: *mut *mut
 /// `steps` (steps the run takes; `dh_loader_next` returns `DH_END` after them; default: no
 /// limit), `warmup` (first steps left out of `dh_loader_metrics`), `lookahead`, `budget_mib`,
 /// `cpu_budget` (`true`/`false`: confine decode workers to a cgroup), `cores`, `job`,
-/// `check_plan` (`true`/`false`), `max_frames`, `max_pixels`, `collective_timeout_s` (the
+/// `check_plan` (`true`/`false`), `split_above_s` (placement policies: decode every sample
+/// predicted longer than this many seconds in pieces), `max_frames`, `max_pixels`,
+/// `collective_timeout_s` (the
 /// collectives' watchdog, see `dh_loader_next`). Fails with `DH_NULL_PARAMETER`,
 /// `DH_UNKNOWN_KEY` (the message names the key and lists the known ones) or
 /// `DH_INVALID_PARAMETER` (the message names the key and the expected value); the configuration

@@ -1,22 +1,18 @@
 //! `dh_loader` (one rank's loader, owning its world) and `dh_batch` (one step's samples).
 //!
-//! Ownership: [`crate::exec::loader::Loader`] borrows its world. The handle owns both: the world
-//! is boxed and leaked with `Box::into_raw`, the loader borrows it as `'static`, and
-//! `Open`'s `Drop` drops the loader first and only then reclaims the world. The world never
-//! moves (it is on the heap) and the `'static` borrow never escapes `Open`, so the borrow is
-//! valid for the loader's whole life. This keeps `src/exec` untouched (no owned-world variant).
+//! Ownership: the handle owns a [`crate::exec::loader::Loader`], which owns its world (and drops
+//! its decode workers before it). The step sequence is the loader's own ([`Loader::train_step`],
+//! `dh_loader_step`); the functions here only check arguments, map errors and keep metrics.
 
 use std::ffi::c_void;
-use std::mem::ManuallyDrop;
-use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::config::dh_config;
 use super::{dh_result, ffi_boundary, Error};
-use crate::collective::{Collective, ReduceOp};
+use crate::collective::ReduceOp;
 use crate::comm::{self, World};
-use crate::exec::loader::{Batch, Counters, ExecError, Loader, Sample, TensorData};
+use crate::exec::loader::{Accelerator, Batch, Counters, ExecError, Loader};
 use crate::metrics::{summarize, RankStep};
 
 /// `dh_tensor.dtype`: unsigned 8-bit integers (packed RGB24 frames).
@@ -96,24 +92,8 @@ pub struct dh_batch {
     tensors: Vec<dh_tensor>,
 }
 
-/// The loader and the world it borrows; dropped in that order.
-struct Open {
-    loader: ManuallyDrop<Loader<'static>>,
-    world: NonNull<World>,
-}
-
-impl Drop for Open {
-    fn drop(&mut self) {
-        // SAFETY: the loader is dropped exactly once, here, and not used afterwards.
-        unsafe { ManuallyDrop::drop(&mut self.loader) };
-        // SAFETY: world came from Box::into_raw in dh_loader_new and is reclaimed once, here,
-        // after the only borrower (the loader) is gone.
-        drop(unsafe { Box::from_raw(self.world.as_ptr()) });
-    }
-}
-
 enum State {
-    Open(Box<Open>),
+    Open(Box<Loader<'static>>),
     Failed(String),
     Closed,
 }
@@ -134,8 +114,8 @@ pub struct dh_loader {
     delivered: u64,
     t0: Instant,
     history: Vec<RankStep>,
-    /// The last delivered step, not reported yet: (ids, tokens).
-    unreported: Option<Vec<(u64, u64)>>,
+    /// Whether the last delivered step is not reported yet.
+    unreported: bool,
     counters: Counters,
 }
 
@@ -195,23 +175,12 @@ fn open_loader(config: &dh_config) -> Result<dh_loader, Error> {
     let world = comm::init(config.comm.clone())
         .map_err(|e| Error::new(dh_result::DH_MPI_INIT, format!("cannot start MPI: {e}")))?;
     let mpi = matches!(world, World::Mpi(_));
-    let world = NonNull::from(Box::leak(Box::new(world)));
-    // SAFETY: world points to a live, leaked World that is reclaimed only in Open::drop after
-    // the loader built here is dropped; nothing else frees or moves it meanwhile.
-    let c: &'static dyn Collective = unsafe { world.as_ref() }.collective();
-    let (rank, size) = (c.rank(), c.size());
+    let (rank, size) = (world.collective().rank(), world.collective().size());
     let cores = cfg.cores;
     let steps = cfg.steps;
-    let loader = match Loader::new(c, cfg) {
-        Ok(l) => l,
-        Err(e) => {
-            // SAFETY: the world was leaked above and its only borrower (c) is not used again.
-            drop(unsafe { Box::from_raw(world.as_ptr()) });
-            return Err(exec_error(e));
-        }
-    };
+    let loader = Loader::new(world, cfg).map_err(exec_error)?;
     Ok(dh_loader {
-        state: State::Open(Box::new(Open { loader: ManuallyDrop::new(loader), world })),
+        state: State::Open(Box::new(loader)),
         rank,
         size,
         mpi,
@@ -226,7 +195,7 @@ fn open_loader(config: &dh_config) -> Result<dh_loader, Error> {
         delivered: 0,
         t0: Instant::now(),
         history: Vec::new(),
-        unreported: None,
+        unreported: false,
         counters: Counters::default(),
     })
 }
@@ -234,7 +203,7 @@ fn open_loader(config: &dh_config) -> Result<dh_loader, Error> {
 impl dh_loader {
     fn open(&mut self) -> Result<&mut Loader<'static>, Error> {
         match &mut self.state {
-            State::Open(o) => Ok(&mut o.loader),
+            State::Open(loader) => Ok(loader),
             State::Failed(why) => Err(Error::new(
                 dh_result::DH_CLOSED,
                 format!("the loader failed earlier ({why}); it can only be freed"),
@@ -266,7 +235,7 @@ impl dh_loader {
             ));
         }
         let start_s = self.now();
-        if let (Some(_), Some(last)) = (self.unreported.take(), self.history.last_mut()) {
+        if let (true, Some(last)) = (std::mem::take(&mut self.unreported), self.history.last_mut()) {
             last.end_s = start_s;
         }
         let result = self.open()?.next_batch();
@@ -279,7 +248,7 @@ impl dh_loader {
             }
         };
         self.delivered += 1;
-        self.counters = self.open()?.counters;
+        self.counters = self.open()?.counters();
         let ids: Vec<u64> = batch.samples.iter().map(|s| s.id).collect();
         let tensors = batch
             .samples
@@ -310,7 +279,7 @@ impl dh_loader {
             bytes_in: batch.bytes_in,
             tensor_checksum: None,
         });
-        self.unreported = Some(batch.samples.iter().map(|s| (s.id, s.tokens)).collect());
+        self.unreported = true;
         Ok(dh_batch { batch, ids, tensors })
     }
 
@@ -336,31 +305,14 @@ impl dh_loader {
             ));
         }
         self.open()?;
-        let Some(samples) = self.unreported.take() else {
+        if !std::mem::take(&mut self.unreported) {
             return Err(Error::new(
                 dh_result::DH_INVALID_PARAMETER,
                 "no step to report: each step is reported once, after dh_loader_next returned its batch",
             ));
-        };
-        let step = self.history.last().map_or(0, |r| r.step);
-        // The loader reads only the ids and tokens of the batch; the tensors may be released.
-        let shadow = Batch {
-            step,
-            samples: samples
-                .iter()
-                .map(|&(id, tokens)| Sample {
-                    id,
-                    shape: [0; 4],
-                    tokens,
-                    data: TensorData::Owned(Vec::new()),
-                })
-                .collect(),
-            skipped: Vec::new(),
-            input_wait_s: 0.0,
-            decode_cpu_s: 0.0,
-            bytes_in: 0,
-        };
-        self.open()?.report_step(accel_s, &shadow);
+        }
+        let result = self.open()?.report_step(accel_s);
+        result.map_err(exec_error)?;
         let now = self.now();
         if let Some(last) = self.history.last_mut() {
             last.gpu_s = accel_s;
@@ -371,7 +323,7 @@ impl dh_loader {
 
     fn metrics(&self) -> dh_metrics {
         let mut history = self.history.clone();
-        if self.unreported.is_some() {
+        if self.unreported {
             if let Some(last) = history.last_mut() {
                 last.end_s = self.now();
             }
@@ -554,6 +506,108 @@ pub extern "C" fn dh_loader_ship_ahead(loader: *mut dh_loader, seconds_to_step_e
     })
 }
 
+/// The accelerator side of one training step, for `dh_loader_step`: callbacks the library calls
+/// on the calling thread, each given `user`.
+#[repr(C)]
+pub struct dh_accelerator {
+    /// Starts the step on `batch` (asynchronously where the accelerator can; the batch stays
+    /// valid until the caller releases it); returns 0, or non-zero to fail the step. Required.
+    pub launch: Option<unsafe extern "C" fn(user: *mut c_void, batch: *const dh_batch) -> i32>,
+    /// Seconds until the step ends, or a negative value when unknown (the loader then predicts
+    /// it). May be NULL (unknown).
+    pub seconds_left: Option<unsafe extern "C" fn(user: *mut c_void) -> f64>,
+    /// Waits for the step to end; returns its accelerator seconds, or a negative value to fail
+    /// the step. Required.
+    pub wait: Option<unsafe extern "C" fn(user: *mut c_void) -> f64>,
+    /// Passed to every callback.
+    pub user: *mut c_void,
+}
+
+/// `dh_accelerator`'s waiting side as the loader's step driver sees it.
+struct Callbacks<'a> {
+    accel: &'a dh_accelerator,
+    seconds: f64,
+}
+
+impl Accelerator for Callbacks<'_> {
+    fn launch(&mut self, _batch: &Batch) -> Result<(), String> {
+        Err("dh_loader_step launches the step itself".into())
+    }
+
+    fn seconds_left(&self) -> Option<f64> {
+        let f = self.accel.seconds_left?;
+        // SAFETY: f is the caller's callback, called with the caller's user pointer as the
+        // header's contract for dh_accelerator says.
+        let left = unsafe { f(self.accel.user) };
+        (left.is_finite() && left >= 0.0).then_some(left)
+    }
+
+    fn wait(&mut self) -> Result<f64, String> {
+        let f = self.accel.wait.ok_or("the accelerator has no wait callback")?;
+        // SAFETY: as in seconds_left.
+        let seconds = unsafe { f(self.accel.user) };
+        if !(seconds.is_finite() && seconds >= 0.0) {
+            return Err(format!("its wait callback returned {seconds}"));
+        }
+        self.seconds = seconds;
+        Ok(seconds)
+    }
+}
+
+/// One whole training step, driven by the library: the next batch (as `dh_loader_next`), the
+/// accelerator's step launched on it through `accel->launch`, the coming steps planned while it
+/// runs (`dh_loader_prepare_ahead`), the next step's tensors shipped shortly before it ends
+/// (`dh_loader_ship_ahead`, timed by `accel->seconds_left`), `accel->wait`, and the measured
+/// seconds reported (`dh_loader_report_step`). Writes the batch to `*batch_out`, owned by the
+/// caller until `dh_batch_release`. The step's gradient all-reduce is the caller's, after it
+/// returns. **Collective**, like the calls it makes; the callbacks may run the caller's own
+/// collectives. Fails with `DH_NULL_PARAMETER` (also a NULL `launch` or `wait`), `DH_CLOSED`,
+/// `DH_END`, or `DH_LOADER`/`DH_COLLECTIVE`/`DH_INDEX` (a callback failed, or the step could not
+/// go on; the loader is then failed: free it); nothing is written then.
+#[no_mangle]
+pub extern "C" fn dh_loader_step(
+    loader: *mut dh_loader,
+    accel: *const dh_accelerator,
+    batch_out: *mut *mut dh_batch,
+) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
+        let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
+        // SAFETY: accel is NULL or points to a dh_accelerator the caller keeps alive for the call.
+        let accel = unsafe { accel.as_ref() }.ok_or_else(|| Error::null("accel"))?;
+        if batch_out.is_null() {
+            return Err(Error::null("batch_out"));
+        }
+        let launch = accel.launch.ok_or_else(|| Error::null("accel->launch"))?;
+        if accel.wait.is_none() {
+            return Err(Error::null("accel->wait"));
+        }
+        let batch = Box::new(loader.next(0)?);
+        let launched = Instant::now();
+        // SAFETY: launch is the caller's callback, given its user pointer and a live batch.
+        let rc = unsafe { launch(accel.user, &*batch) };
+        if rc != 0 {
+            let e = Error::new(
+                dh_result::DH_LOADER,
+                format!("the accelerator's launch callback returned {rc} at step {}", batch.batch.step),
+            );
+            loader.state = State::Failed(e.message.clone());
+            return Err(e);
+        }
+        let mut callbacks = Callbacks { accel, seconds: 0.0 };
+        loader.ahead(|l| l.finish_step(&mut callbacks, launched))?;
+        loader.unreported = false;
+        let now = loader.now();
+        if let Some(last) = loader.history.last_mut() {
+            last.gpu_s = callbacks.seconds;
+            last.end_s = now;
+        }
+        // SAFETY: batch_out is not NULL and points to writable storage for one pointer.
+        unsafe { *batch_out = Box::into_raw(batch) };
+        Ok(())
+    })
+}
+
 /// Reports the measured accelerator seconds of the step whose batch `dh_loader_next` returned
 /// last (call it once per step, before the next `dh_loader_next`; the batch may already be
 /// released). The loader learns each rank's accelerator speed from these reports at the next
@@ -588,15 +642,13 @@ pub extern "C" fn dh_loader_all_reduce_sum(
             loader.open()?;
             return Ok(());
         };
+        let world = open.world();
         let mut buf = vec![0.0; count];
         if count > 0 {
             // SAFETY: values is not NULL and holds count readable doubles (header contract).
             buf.copy_from_slice(unsafe { std::slice::from_raw_parts(values, count) });
         }
-        // SAFETY: the world outlives open (it is reclaimed only in Open::drop).
-        let world = unsafe { open.world.as_ref() };
         world
-            .collective()
             .all_reduce_f64(&mut buf, ReduceOp::Sum)
             .map_err(|e| Error::new(dh_result::DH_COLLECTIVE, e.to_string()))?;
         if count > 0 {

@@ -219,6 +219,23 @@ impl CpuPool {
         self.finished.pop_front()
     }
 
+    /// The next completion if it comes by `limit` (first any passed already); otherwise the
+    /// clock moves to `limit` (when finite) and `None`.
+    pub fn next_completion_by(&mut self, limit: f64) -> Option<Done> {
+        if let Some(d) = self.finished.pop_front() {
+            return Some(d);
+        }
+        match self.peek_completion() {
+            Some(end) if end <= limit => Some(self.complete_next()),
+            _ => {
+                if limit.is_finite() {
+                    self.advance_to(limit);
+                }
+                self.finished.pop_front()
+            }
+        }
+    }
+
     /// The next completion, in time order (first any passed by [`CpuPool::advance_to`]); `None`
     /// when the pool is idle.
     pub fn next_completion(&mut self) -> Option<Done> {

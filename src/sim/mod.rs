@@ -1,8 +1,8 @@
 //! A discrete-event simulator of the input data plane at scale (`shared/DESIGN.md`,
 //! "Simulator"): the real planner, policies, cost models and step record, driven by simulated
-//! time instead of threads, processes and sleeps. Only the executor is simulated
-//! ([`exec`]: `src/exec/loader.rs`'s step loop); CPU pools and links are the event engine
-//! ([`engine`]); workloads are TOML files ([`workload`]).
+//! time instead of threads, processes and sleeps. The step protocol is the loader's own
+//! ([`crate::step`]), one engine per rank; [`exec`] drives them, CPU pools and links are the
+//! event engine ([`engine`]); workloads are TOML files ([`workload`]).
 //!
 //! Deterministic: the same workload, policy, ranks and seed give the same records, bit for bit
 //! (the planner's measured wall time is reported beside them, never mixed in unless asked).
@@ -52,7 +52,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-pub use exec::{simulate, SimConfig, SimData, SimRun, Variant};
+pub use exec::{simulate, SimConfig, SimData, SimRun};
 use workload::{Calibration, Workload};
 
 use crate::cost::accel::{AccelModel, TokenFormula};
@@ -73,8 +73,6 @@ pub struct Overrides {
     pub steps: Option<u64>,
     /// Seed.
     pub seed: Option<u64>,
-    /// The executor.
-    pub variant: Variant,
     /// Observations the accelerator fit keeps (None: the loader's, [`loader_accel_window`]).
     pub accel_window: Option<usize>,
     /// The CPU budget as a share of the accelerator ([`workload::Run::cpu_per_accel`]); replaces
@@ -132,11 +130,11 @@ pub fn prepare(
         planner_transfer,
         accel_prior: default_accel_prior(),
         step_overhead_s: 0.0,
-        charge_planner: false,
-        variant: over.variant,
         accel_window: over.accel_window.unwrap_or(loader_accel_window(ranks)),
         ship_margin_s: crate::exec::loader::DEFAULT_SHIP_MARGIN_S,
         ship_slack_s: crate::exec::loader::DEFAULT_SHIP_SLACK_S,
+        split_above_s: None,
+        check_plan: false,
     };
     Ok((cfg, SimData { descriptors, decode_s }))
 }
@@ -279,9 +277,15 @@ pub fn run_policies(
     over: &Overrides,
 ) -> Result<WorkloadResult, String> {
     use rayon::prelude::*;
-    let runs: Vec<Result<(Policy, SimRun), String>> =
-        policies.par_iter().map(|&p| run_workload(w, cal, p, over).map(|r| (p, r))).collect();
-    let (cfg, _) = prepare(w, cal, Policy::Helix, over)?;
+    // One dataset for every policy: only the policy differs between the runs.
+    let (cfg, data) = prepare(w, cal, Policy::Helix, over)?;
+    let runs: Vec<Result<(Policy, SimRun), String>> = policies
+        .par_iter()
+        .map(|&p| {
+            let cfg = SimConfig { policy: p, ..cfg.clone() };
+            simulate(&cfg, &data).map(|r| (p, r)).map_err(|e| format!("workload {} under {p}: {e}", w.name))
+        })
+        .collect();
     let mut out = WorkloadResult {
         workload: w.name.clone(),
         ranks: cfg.ranks(),
@@ -396,8 +400,6 @@ pub struct DataRun {
     pub profile: Profile,
     /// Per-step hand-over overhead, seconds.
     pub overhead_s: f64,
-    /// The executor.
-    pub variant: Variant,
 }
 
 /// Simulates a `datahelix train` run on an indexed dataset folder.
@@ -439,11 +441,11 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         planner_transfer: policy::default_transfer(),
         accel_prior: default_accel_prior(),
         step_overhead_s: run.overhead_s,
-        charge_planner: false,
-        variant: run.variant,
         accel_window: loader_accel_window(r),
         ship_margin_s: crate::exec::loader::DEFAULT_SHIP_MARGIN_S,
         ship_slack_s: crate::exec::loader::DEFAULT_SHIP_SLACK_S,
+        split_above_s: None,
+        check_plan: false,
     };
     simulate(&cfg, &SimData { descriptors, decode_s })
 }

@@ -63,6 +63,16 @@ class Metrics(ctypes.Structure):
         return {name: getattr(self, name) for name, _ in self._fields_}
 
 
+LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+SECONDS = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_void_p)
+
+
+class Accelerator(ctypes.Structure):
+    """``dh_accelerator``: the callbacks of ``dh_loader_step``."""
+
+    _fields_ = [("launch", LAUNCH), ("seconds_left", SECONDS), ("wait", SECONDS), ("user", ctypes.c_void_p)]
+
+
 class DataHelixError(RuntimeError):
     """A failed ``dh_*`` call: ``code`` is its ``dh_result``."""
 
@@ -105,6 +115,7 @@ def load_library(path=None):
         "dh_loader_report_step": ([P, ctypes.c_double], res),
         "dh_loader_prepare_ahead": ([P], res),
         "dh_loader_ship_ahead": ([P, ctypes.c_double], res),
+        "dh_loader_step": ([P, ctypes.POINTER(Accelerator), pp], res),
         "dh_loader_all_reduce_sum": ([P, ctypes.POINTER(ctypes.c_double), sz], res),
         "dh_loader_metrics": ([P, ctypes.POINTER(Metrics)], res),
         "dh_loader_close": ([P], res),
@@ -222,6 +233,50 @@ class Loader:
                 if not batch.reported:
                     batch.report(time.perf_counter() - started)
                 batch.release()
+
+    def train_step(self, launch, wait, seconds_left=None):
+        """One training step, driven by the library (``dh_loader_step``): the next batch,
+        ``launch(batch)`` to start the accelerator's step on it, the coming steps planned and the
+        next step's tensors shipped while it runs (timed by ``seconds_left()``, if given: seconds
+        until the step ends), ``wait()`` for its end (returning its accelerator seconds), which
+        the library then reports. Returns the :class:`Batch` (release it when done), or None after
+        the configured steps. Collective: every rank, every step."""
+        state = {"batch": None, "error": None}
+
+        def on_launch(_user, handle):
+            try:
+                state["batch"] = Batch(self, handle)
+                launch(state["batch"])
+                return 0
+            except BaseException as e:  # noqa: BLE001 - re-raised after the C call returns
+                state["error"] = e
+                return 1
+
+        def on_seconds(_user):
+            try:
+                return float(seconds_left()) if seconds_left else -1.0
+            except BaseException as e:  # noqa: BLE001
+                state["error"] = e
+                return -1.0
+
+        def on_wait(_user):
+            try:
+                return float(wait())
+            except BaseException as e:  # noqa: BLE001
+                state["error"] = e
+                return -1.0
+
+        accel = Accelerator(LAUNCH(on_launch), SECONDS(on_seconds), SECONDS(on_wait), None)
+        out = ctypes.c_void_p()
+        code = self._lib.dh_loader_step(self._handle, ctypes.byref(accel), ctypes.byref(out))
+        if state["error"] is not None:
+            raise state["error"]
+        if code == DH_END:
+            return None
+        _check(self._lib, "dh_loader_step", code)
+        batch = state["batch"]
+        batch.reported = True
+        return batch
 
     def prepare_ahead(self):
         """Plans ahead and sends what other ranks still need, while the accelerator runs: call it

@@ -26,26 +26,38 @@ def main():
     settings = dict(data=args.data, steps=args.steps, global_batch=args.global_batch, seed=args.seed,
                     workers=2, cpu_budget=False, max_frames=4)
     with Loader(**settings) as loader:
-        for batch in loader:
-            t0 = time.perf_counter()
+        step = {}
+
+        def launch(batch):
+            # The emulated accelerator's step on the batch: it "runs" for accel_s from now.
             pixels = 0.0
             for frames in batch.tensors:
                 assert frames.dtype == np.uint8 and frames.ndim == 4 and frames.shape[3] == 3
                 assert not frames.flags.owndata  # a view of the batch's memory
                 pixels += float(frames.mean())
-            # The emulated accelerator step (the loader plans and sends meanwhile, and ships the
-            # next step's tensors near its end), then the gradient all-reduce.
-            accel_s = 0.002 + 1e-8 * sum(batch.tokens)
-            loader.prepare_ahead()
-            time.sleep(accel_s)
-            loader.ship_ahead(0.0)
-            grad = loader.all_reduce_sum(np.array([accel_s, len(batch.ids) + len(batch.skipped)], dtype=np.float64))
+            step["accel_s"] = 0.002 + 1e-8 * sum(batch.tokens)
+            step["end"] = time.perf_counter() + step["accel_s"]
+
+        def seconds_left():
+            return max(0.0, step["end"] - time.perf_counter())
+
+        def wait():
+            time.sleep(seconds_left())
+            return step["accel_s"]
+
+        # The library drives each step (next batch, launch, planning and shipping while the step
+        # runs, wait, report); the gradient all-reduce is the training loop's.
+        while True:
+            batch = loader.train_step(launch, wait, seconds_left)
+            if batch is None:
+                break
+            grad = loader.all_reduce_sum(np.array([step["accel_s"], len(batch.ids) + len(batch.skipped)], dtype=np.float64))
             assert int(round(grad[1])) == args.global_batch, grad
-            batch.report(time.perf_counter() - t0)
             line = (f"ids {batch.step} {loader.rank} {','.join(map(str, batch.ids))} skipped "
                     f"{','.join(map(str, batch.skipped))}\n")
             sys.stdout.write(line)  # one write per line: ranks' output is interleaved by the launcher
             sys.stdout.flush()
+            batch.release()
         m = loader.metrics()
         assert m["steps"] == args.steps, m
         print(f"metrics {loader.rank} {m}", flush=True)

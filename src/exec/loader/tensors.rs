@@ -1,0 +1,201 @@
+//! The bytes side of the step protocol: decoded outputs filed from the pool, tensors packed for
+//! and unpacked from an exchange, and split samples put together. The engine says what; this
+//! module holds and moves the bytes.
+
+use std::time::Instant;
+
+use super::{ExecError, Loader, Sample, TensorData};
+use crate::decode::pool::{Outcome, Output};
+use crate::exec::exchange::{self, Piece};
+use crate::step::{ExchangeOrder, Finished, Message, PartKey, Payload, SampleSpec};
+
+impl Loader<'_> {
+    /// Files one finished decode: its bytes kept under its part key, the engine told.
+    pub(super) fn file(&mut self, outcome: Outcome) {
+        let Some((key, frames)) = self.in_pool.remove(&outcome.deadline) else {
+            return; // not submitted by this loader (cannot happen: every job came from a plan)
+        };
+        let (ok, shape) = match outcome.result {
+            Ok(Output::Sampled { tensor, decoded }) => {
+                let shape = decoded.shape.dims();
+                self.parts.insert(key, (shape, TensorData::Pooled(tensor)));
+                (true, shape)
+            }
+            Ok(Output::AllFrames(_)) => {
+                tracing::warn!(
+                    rank = self.engine.rank(),
+                    "sample {}: all-frames output in a training run",
+                    outcome.id
+                );
+                (false, [0; 4])
+            }
+            Err(e) => {
+                tracing::warn!(rank = self.engine.rank(), step = key.step, "skipping {e}");
+                (false, [0; 4])
+            }
+        };
+        let end = outcome.finished.saturating_duration_since(self.started).as_secs_f64();
+        let lane = 1 + ((outcome.deadline & 0xffff_ffff) as u32 % self.workers_here.max(1));
+        let what = match frames {
+            Some(r) => format!("decode {} frames {}..{} (step {})", outcome.id, r.start, r.end, key.step),
+            None => format!("decode {} (step {})", outcome.id, key.step),
+        };
+        self.span(lane, "decode", what, end - outcome.seconds, end);
+        let finished = Finished { key, ok, shape, seconds: outcome.seconds, cpu_s: outcome.cpu_seconds };
+        self.engine.finished(&self.agreed, finished);
+    }
+
+    /// Carries out one pairwise exchange: packs what the engine sends, returns what came.
+    pub(super) fn exchange(&mut self, order: ExchangeOrder) -> Result<Vec<(usize, Message, u64)>, ExecError> {
+        let t0 = self.now();
+        let world = self.world.get();
+        let (me, ranks) = (world.rank(), world.size());
+        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); ranks];
+        for (to, m, compress) in order.outgoing {
+            let header = Piece {
+                step: m.key.step,
+                index: m.key.slot,
+                part: m.key.part,
+                id: m.id,
+                shape: m.shape,
+                tokens: m.tokens,
+                ok: m.ok,
+                data: Vec::new(),
+            };
+            let data = match order.payload {
+                Payload::Parts => self.parts.remove(&m.key).map(|(_, d)| d),
+                Payload::Samples => self.samples.remove(&(m.key.step, m.key.slot)).map(|s| s.data),
+            };
+            let packed = match (m.ok, data) {
+                (true, Some(data)) => {
+                    self.measure_zstd(&data);
+                    exchange::pack_data(&mut blocks[to], &header, &data, compress)
+                }
+                (true, None) => {
+                    return Err(ExecError::Invalid(format!(
+                        "rank {me}: part {} of slot {} of step {} is to be sent but is not in hand",
+                        m.key.part, m.key.slot, m.key.step
+                    )))
+                }
+                (false, _) => {
+                    exchange::pack(&mut blocks[to], &Piece { ok: false, shape: [0; 4], ..header }, false)
+                }
+            };
+            packed.map_err(|e| ExecError::Invalid(e.to_string()))?;
+        }
+        let ranks_n = blocks.len();
+        let dense = |ranks: &[usize]| {
+            let mut flags = vec![false; ranks_n];
+            for &r in ranks.iter().filter(|&&r| r < ranks_n) {
+                flags[r] = true;
+            }
+            flags
+        };
+        let (send, expect) = (dense(&order.send), dense(&order.expect));
+        let received = self.world.get().exchange_vec(&blocks, &send, &expect)?;
+        let mut out = Vec::new();
+        for (q, block) in received.into_iter().enumerate() {
+            if q == me {
+                continue;
+            }
+            for piece in exchange::unpack(&block).map_err(|e| ExecError::Invalid(e.to_string()))? {
+                let bytes = (exchange::HEADER + piece.data.len()) as u64;
+                let key = PartKey { step: piece.step, slot: piece.index, part: piece.part };
+                if piece.ok && piece.shape.iter().product::<usize>() != piece.data.len() {
+                    return Err(ExecError::Invalid(format!(
+                        "rank {me}: rank {q} sent part {} of slot {} of step {} with shape {:?} but {} bytes",
+                        piece.part,
+                        piece.index,
+                        piece.step,
+                        piece.shape,
+                        piece.data.len()
+                    )));
+                }
+                let m = Message { key, id: piece.id, ok: piece.ok, shape: piece.shape, tokens: piece.tokens };
+                if piece.ok {
+                    match order.payload {
+                        Payload::Parts => {
+                            self.parts.insert(key, (piece.shape, TensorData::Owned(piece.data)));
+                        }
+                        Payload::Samples => {
+                            let data = TensorData::Owned(piece.data);
+                            let sample =
+                                Sample { id: piece.id, shape: piece.shape, tokens: piece.tokens, data };
+                            self.samples.insert((key.step, key.slot), sample);
+                        }
+                    }
+                }
+                out.push((q, m, bytes));
+            }
+        }
+        let t1 = self.now();
+        self.span(0, "transfer", format!("{} step {}", order.label, order.step), t0, t1);
+        Ok(out)
+    }
+
+    /// Puts samples together from their parts (a whole sample as it is, a split one
+    /// concatenated in piece order) and drops the parts of failed samples.
+    pub(super) fn assemble(
+        &mut self,
+        specs: Vec<SampleSpec>,
+        drop: Vec<PartKey>,
+        ahead: bool,
+    ) -> Result<(), ExecError> {
+        let t0 = self.now();
+        for key in drop {
+            self.parts.remove(&key);
+        }
+        let split = specs.iter().any(|s| s.parts.len() > 1);
+        let step = specs.first().map_or(0, |s| s.step);
+        for spec in specs {
+            let mut parts = Vec::with_capacity(spec.parts.len());
+            for key in &spec.parts {
+                let (_, data) = self.parts.remove(key).ok_or_else(|| {
+                    ExecError::Invalid(format!(
+                        "rank {}: part {} of sample {} (step {}) is not in hand",
+                        self.engine.rank(),
+                        key.part,
+                        spec.id,
+                        spec.step
+                    ))
+                })?;
+                parts.push(data);
+            }
+            let data = if parts.len() == 1 {
+                parts.remove(0)
+            } else {
+                let mut bytes = Vec::with_capacity(parts.iter().map(|d| d.len()).sum());
+                for d in &parts {
+                    bytes.extend_from_slice(d);
+                }
+                TensorData::Owned(bytes)
+            };
+            let sample = Sample { id: spec.id, shape: spec.shape, tokens: spec.tokens, data };
+            self.samples.insert((spec.step, spec.slot), sample);
+        }
+        if split {
+            let t1 = self.now();
+            let what = if ahead { "assemble ahead step" } else { "assemble step" };
+            self.span(0, "assemble", format!("{what} {step}"), t0, t1);
+        }
+        Ok(())
+    }
+
+    /// Measures zstd level 1 on a tensor about to be sent: on its first MiB (a tensor's frames
+    /// are alike; compressing all of it would put tens of milliseconds on the exchange's path),
+    /// for the first tensor and every 16th after.
+    fn measure_zstd(&mut self, data: &[u8]) {
+        const SAMPLE: usize = 1 << 20;
+        let nth = self.zstd_seen;
+        self.zstd_seen += 1;
+        if data.len() < 4096 || (self.engine.zstd_measured() && nth % 16 != 0) {
+            return;
+        }
+        let data = &data[..data.len().min(SAMPLE)];
+        let t = Instant::now();
+        if let Ok(c) = zstd::bulk::compress(data, 1) {
+            let secs = t.elapsed().as_secs_f64().max(1e-9);
+            self.engine.note_zstd(c.len() as f64 / data.len() as f64, data.len() as f64 / secs);
+        }
+    }
+}

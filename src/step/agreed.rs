@@ -1,0 +1,557 @@
+//! What every rank computes identically from the gathered step records: the accelerator and
+//! decode-cost models, each rank's reported state, and the plans of the steps ahead. A pure
+//! function of the sequence of gathered records (and of the configuration every rank checked at
+//! start), so one value can serve every engine of a simulated cluster: the first engine to file a
+//! round's records updates it, the others find it updated (rounds are numbered).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{PartKey, StepError};
+use crate::cost::accel::{AccelFit, AccelModel, TokenFormula};
+use crate::decode::cost::{CostModel, Features};
+use crate::decode::sample::{output_shape, Params};
+use crate::decode::split::FrameRange;
+use crate::descriptor::{Codec, Descriptor};
+use crate::plan::rebalance::{self, Decoded};
+use crate::plan::record::StepRecord;
+use crate::plan::{PlanInput, PlanOptions, RankState, TransferCost};
+use crate::policy::pieces::{OfferContext, StepOffer};
+use crate::policy::{self, Policy, StepPlan};
+use crate::sampler::Sampler;
+
+/// Where a dataset's descriptors come from: the index (the loader) or a workload (the simulator).
+pub trait Catalog {
+    /// The sample's position and descriptor, or None when the dataset has no such id.
+    fn lookup(&self, id: u64) -> Result<Option<(usize, Descriptor)>, String>;
+}
+
+/// What every rank runs with (checked equal on every rank at start).
+#[derive(Clone, Debug)]
+pub struct AgreedConfig {
+    /// The policy.
+    pub policy: Policy,
+    /// Samples per global batch.
+    pub global_batch: usize,
+    /// Steps the run takes (nothing is planned beyond).
+    pub steps: u64,
+    /// Steps decoded ahead of the one in training.
+    pub lookahead: usize,
+    /// Preprocessing.
+    pub params: Params,
+    /// Tokens or latents.
+    pub formula: TokenFormula,
+    /// The transfer model the planner is given.
+    pub transfer: TransferCost,
+    /// Decode every sample predicted longer than this in pieces (None: only late ones).
+    pub split_above_s: Option<f64>,
+    /// How long before a step ends the last exchange of the next step's tensors happens.
+    pub ship_slack_s: f64,
+    /// Agree on every round's plans and schedule (an all-reduce of 8 bytes).
+    pub check_plan: bool,
+    /// Sampler seed.
+    pub seed: u64,
+    /// The accelerator model before any measurement.
+    pub accel_prior: AccelModel,
+    /// Observations the accelerator fit keeps.
+    pub accel_window: usize,
+}
+
+impl AgreedConfig {
+    /// A small configuration for examples and tests: helix, G = 2, 4 steps.
+    pub fn for_tests() -> AgreedConfig {
+        AgreedConfig {
+            policy: Policy::Helix,
+            global_batch: 2,
+            steps: 4,
+            lookahead: 2,
+            params: Params::default(),
+            formula: TokenFormula::Tokens,
+            transfer: policy::default_transfer(),
+            split_above_s: None,
+            ship_slack_s: 0.03,
+            check_plan: false,
+            seed: 0,
+            accel_prior: AccelModel { c0: 0.01, a: 1e-6, b: 0.0 },
+            accel_window: 64,
+        }
+    }
+}
+
+/// What one sample of a planned step is.
+#[derive(Clone, Copy, Debug)]
+pub struct Slot {
+    /// Its id.
+    pub id: u64,
+    /// Its catalog position (None: not in the dataset).
+    pub pos: Option<usize>,
+    /// Its descriptor.
+    pub desc: Option<Descriptor>,
+    /// Usable (known and probed ok).
+    pub ok: bool,
+}
+
+/// A planned step: its samples, the plan, and each decode job's work.
+#[derive(Debug)]
+pub struct Planned {
+    /// Every sample of the global batch, in batch order.
+    pub slots: Vec<Slot>,
+    /// Index into `slots` of each planner sample (the usable ones).
+    pub usable: Vec<usize>,
+    /// Per usable sample: predicted tokens and tensor bytes.
+    pub predicted: Vec<(u64, u64)>,
+    /// Per decode job: the sampled frames it decodes.
+    pub ranges: Vec<FrameRange>,
+    /// Per decode job: its predicted seconds on one worker.
+    pub work_s: Vec<f64>,
+    /// Per decode job: its share of its whole sample's predicted decode.
+    pub shares: Vec<f64>,
+    /// Per decode job: its output shape, `[frames of its range, H', W', 3]`.
+    pub shapes: Vec<[usize; 4]>,
+    /// Per decode job: whether it decodes only a piece of its sample.
+    pub partial: Vec<bool>,
+    /// The decisions.
+    pub plan: StepPlan,
+    /// The decode job of each `(slot, part)`.
+    pub job_of: HashMap<(u32, u16), usize>,
+    /// Per rank: the slots it trains, in batch order.
+    pub owned: Vec<Vec<u32>>,
+    /// Per rank: the jobs other ranks decode for it.
+    pub inbound: Vec<Vec<u32>>,
+    /// Per slot: its decode jobs, in piece order.
+    pub jobs_of: Vec<Vec<usize>>,
+    /// Whether any job is decoded away from its sample's owner (every rank knows).
+    pub moves: bool,
+    /// The per-rank accelerator prediction of [`Agreed::accel_of`] and the round it was made in.
+    accel_cache: std::sync::Mutex<Option<(u64, Arc<Vec<f64>>)>>,
+}
+
+impl Planned {
+    /// The batch slot of decode job `j`'s sample.
+    pub fn slot_of(&self, j: usize) -> usize {
+        self.usable[self.plan.jobs[j].sample as usize]
+    }
+
+    /// The rank that trains decode job `j`'s sample.
+    pub fn owner_of(&self, j: usize) -> usize {
+        self.plan.owner[self.plan.jobs[j].sample as usize] as usize
+    }
+
+    /// The rank that decodes job `j`.
+    pub fn decoder_of(&self, j: usize) -> usize {
+        self.plan.decoder[j] as usize
+    }
+
+    /// Job `j`'s part key.
+    pub fn key_of(&self, j: usize) -> PartKey {
+        PartKey { step: self.plan.step, slot: self.slot_of(j) as u32, part: self.plan.jobs[j].part as u16 }
+    }
+}
+
+/// When a step's tensors last cross between ranks before the step is due (what the caller's
+/// use of the calls allows; the same on every rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LastExchange {
+    /// In the step's own `Next`.
+    AtCollection,
+    /// In `Prepare` after the step before is delivered.
+    AtPrepare,
+    /// In `Ship` shortly before the step before ends.
+    AtShip,
+}
+
+/// The agreed state (see the module docs).
+pub struct Agreed {
+    cfg: AgreedConfig,
+    ranks: usize,
+    sampler: Sampler,
+    decode_model: CostModel,
+    accel: AccelFit,
+    states: Vec<RankState>,
+    zstd_shared: (f64, f64),
+    plans: BTreeMap<u64, Arc<Planned>>,
+    rounds: u64,
+    training: Option<(u64, f64)>,
+    /// Wall seconds the planner took (measured, never read by a decision), plans, largest.
+    plan_stats: (f64, u64, f64),
+    keep_inputs: bool,
+    inputs: Vec<(u64, PlanInput)>,
+    /// Per step: the samples as the after-decode step sees them and the moves it decided.
+    after: BTreeMap<u64, Arc<AfterDecode>>,
+}
+
+/// The after-decode step's decision of one step (every rank's is the same).
+#[derive(Debug, Default)]
+pub struct AfterDecode {
+    /// The samples, `id` holding the batch slot.
+    pub decoded: Vec<Decoded>,
+    /// `(index into decoded, new owner)` of each sample that moves.
+    pub moves: Vec<(usize, u32)>,
+}
+
+impl Agreed {
+    /// The state before the first round, for a dataset of `ids` over `ranks` ranks.
+    pub fn new(cfg: AgreedConfig, ids: &[u64], ranks: usize) -> Agreed {
+        Agreed {
+            sampler: Sampler::new(ids, cfg.seed),
+            accel: AccelFit::new(cfg.accel_prior, cfg.accel_window),
+            cfg,
+            ranks,
+            decode_model: CostModel::default(),
+            states: Vec::new(),
+            zstd_shared: (0.0, 0.0),
+            plans: BTreeMap::new(),
+            rounds: 0,
+            training: None,
+            plan_stats: (0.0, 0, 0.0),
+            keep_inputs: false,
+            inputs: Vec::new(),
+            after: BTreeMap::new(),
+        }
+    }
+
+    /// Keeps every planner input for [`Agreed::take_inputs`] (`DATAHELIX_PLAN_DUMP`).
+    pub fn keep_inputs(&mut self, keep: bool) {
+        self.keep_inputs = keep;
+    }
+
+    /// The planner inputs kept since the last call.
+    pub fn take_inputs(&mut self) -> Vec<(u64, PlanInput)> {
+        std::mem::take(&mut self.inputs)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AgreedConfig {
+        &self.cfg
+    }
+
+    /// Ranks.
+    pub fn ranks(&self) -> usize {
+        self.ranks
+    }
+
+    /// Rounds filed so far.
+    pub fn rounds(&self) -> u64 {
+        self.rounds
+    }
+
+    /// The accelerator model learnt so far.
+    pub fn accel_model(&self) -> AccelModel {
+        self.accel.model()
+    }
+
+    /// The decode-cost model learnt so far.
+    pub fn decode_model(&self) -> &CostModel {
+        &self.decode_model
+    }
+
+    /// Planner wall seconds in all, plans made, and the largest plan's seconds.
+    pub fn plan_stats(&self) -> (f64, u64, f64) {
+        self.plan_stats
+    }
+
+    /// Whether ranks have reported at least once.
+    pub fn has_states(&self) -> bool {
+        !self.states.is_empty()
+    }
+
+    /// The plan of step `t`, if made and not retired.
+    pub fn plan_of(&self, t: u64) -> Option<&Arc<Planned>> {
+        self.plans.get(&t)
+    }
+
+    /// Whether step `t` is planned and moves a tensor between ranks.
+    pub fn moves(&self, t: u64) -> bool {
+        self.plans.get(&t).is_some_and(|p| p.moves)
+    }
+
+    /// Per rank, the predicted accelerator seconds of step `s`'s batch under the model as it is
+    /// now (predicted again at most once per round).
+    pub fn accel_of(&mut self, s: u64) -> Option<Arc<Vec<f64>>> {
+        let rounds = self.rounds;
+        let model = self.accel.model();
+        let p = self.plans.get(&s)?;
+        let mut cache = p.accel_cache.lock().unwrap_or_else(|e| e.into_inner());
+        match &*cache {
+            Some((r, a)) if *r == rounds => Some(Arc::clone(a)),
+            _ => {
+                let a = Arc::new(p.plan.accel_under(&model));
+                *cache = Some((rounds, Arc::clone(&a)));
+                Some(a)
+            }
+        }
+    }
+
+    /// Files round `round`'s records (rank order) — once: a later call for the same round is a
+    /// no-op (the simulator's engines all file it). `step` is the step the records close.
+    pub fn absorb(&mut self, round: u64, step: u64, records: &[StepRecord]) {
+        if round < self.rounds {
+            return;
+        }
+        self.rounds = round + 1;
+        let measured: Vec<(f64, f64, f64)> = records
+            .iter()
+            .filter(|r| step > 0 && r.gpu_s > 0.0)
+            .map(|r| (r.sum_tokens, r.sum_tokens_sq, r.gpu_s))
+            .collect();
+        self.accel.observe_many(&measured);
+        if round == 0 {
+            // The priors are for a whole core: scale them to the slowest rank's worker.
+            let slowest = records.iter().map(|r| r.worker_millicores).filter(|&m| m > 0).min();
+            self.decode_model = CostModel::for_worker_cores(slowest.map_or(1.0, |m| m as f64 / 1000.0));
+        }
+        for r in records {
+            for o in &r.observations {
+                if let Some(codec) = Codec::from_byte(o.codec) {
+                    let f = Features { mpixels: o.mpixels, mbits: o.mbits, discarded: o.discarded };
+                    self.decode_model.observe_features(codec, &f, o.seconds);
+                }
+            }
+        }
+        self.states = records.iter().map(StepRecord::rank_state).collect();
+        let zstd: Vec<&StepRecord> = records.iter().filter(|r| r.zstd_bps > 0.0).collect();
+        if !zstd.is_empty() {
+            let n = zstd.len() as f64;
+            self.zstd_shared = (
+                zstd.iter().map(|r| r.zstd_ratio).sum::<f64>() / n,
+                zstd.iter().map(|r| r.zstd_bps).sum::<f64>() / n,
+            );
+        }
+    }
+
+    /// The step in training and its predicted seconds on the slowest rank; set once per step by
+    /// the first engine that delivers it.
+    pub fn start_training(&mut self, s: u64) {
+        if self.training.is_some_and(|t| t.0 >= s) {
+            return;
+        }
+        let model = self.accel.model();
+        self.training = self.plans.get(&s).map(|p| (s, p.plan.step_under(&model)));
+        self.plans.retain(|&t, _| t >= s);
+        self.after.retain(|&t, _| t >= s);
+    }
+
+    /// DataHelix's cost-gated rebalance of step `s`, decided from the plan's predictions —
+    /// known before any tensor is decoded (under the protocol they are the decoded sizes, failed
+    /// samples aside). Decided once per step.
+    pub fn gate(&mut self, s: u64) -> Arc<AfterDecode> {
+        if let Some(a) = self.after.get(&s) {
+            return Arc::clone(a);
+        }
+        let decision = match self.plans.get(&s) {
+            Some(p) => {
+                let decoded: Vec<Decoded> = p
+                    .usable
+                    .iter()
+                    .zip(&p.predicted)
+                    .zip(&p.plan.owner)
+                    .map(|((&k, &(tokens, bytes)), &owner)| Decoded { id: k as u64, owner, tokens, bytes })
+                    .collect();
+                let d = rebalance::rebalance(
+                    &decoded,
+                    self.ranks,
+                    &self.accel.model(),
+                    &self.effective_transfer(),
+                    0.1,
+                );
+                let moves = d.moves.iter().map(|m| (m.sample, m.to)).collect();
+                AfterDecode { decoded, moves }
+            }
+            None => AfterDecode::default(),
+        };
+        let a = Arc::new(decision);
+        self.after.insert(s, Arc::clone(&a));
+        a
+    }
+
+    /// Post-balance's token LPT of step `s` over every rank's gathered `(slot, tokens, bytes)`
+    /// (`gathered()` is called only by the first engine to ask). Decided once per step.
+    pub fn token_balance(&mut self, s: u64, gathered: impl FnOnce() -> Vec<Decoded>) -> Arc<AfterDecode> {
+        if let Some(a) = self.after.get(&s) {
+            return Arc::clone(a);
+        }
+        let mut decoded = gathered();
+        decoded.sort_by_key(|d| d.id);
+        let moves = policy::token_balance(&decoded, self.ranks);
+        let a = Arc::new(AfterDecode { decoded, moves });
+        self.after.insert(s, Arc::clone(&a));
+        a
+    }
+
+    /// Plans step `t` from step `now` (which trains now or is about to) — once: a later call for
+    /// a planned step returns its plan.
+    pub fn plan(
+        &mut self,
+        t: u64,
+        now: u64,
+        catalog: &dyn Catalog,
+        last: LastExchange,
+    ) -> Result<Arc<Planned>, StepError> {
+        if let Some(p) = self.plans.get(&t) {
+            return Ok(Arc::clone(p));
+        }
+        let ids = self.sampler.global_batch(t, self.cfg.global_batch);
+        let mut slots = Vec::with_capacity(ids.len());
+        for &id in &ids {
+            let found = catalog.lookup(id).map_err(StepError::Catalog)?;
+            let (pos, desc) = match found {
+                Some((p, d)) => (Some(p), Some(d)),
+                None => (None, None),
+            };
+            slots.push(Slot { id, pos, desc, ok: desc.is_some_and(|d| d.status.is_ok()) });
+        }
+        let usable: Vec<usize> = (0..slots.len()).filter(|&k| slots[k].ok).collect();
+        // Every rank's batch of step t is due when step t−1 ends; steps planned before are
+        // predicted again (the model has learned since), against the steps running short by
+        // one spread of the model: a batch is then ready even when they do.
+        let model = self.accel.model();
+        let planned = |j| self.plans.get(&j).map(|p: &Arc<Planned>| p.plan.step_under(&model));
+        let due = policy::time_to_deadline(now, t, planned, self.training) * (-self.accel.spread()).exp();
+        let exchange = match last {
+            LastExchange::AtShip => (due - self.cfg.ship_slack_s).max(0.0),
+            LastExchange::AtPrepare => policy::time_to_exchange(now, t, planned, self.training),
+            LastExchange::AtCollection => 0.0,
+        };
+        let descriptors: Vec<Descriptor> = usable.iter().filter_map(|&k| slots[k].desc).collect();
+        let offer = StepOffer::new(
+            &descriptors,
+            &OfferContext {
+                params: &self.cfg.params,
+                formula: &self.cfg.formula,
+                model: &self.decode_model,
+                due_s: due,
+                ranks: self.ranks,
+                split_above_s: self.cfg.split_above_s,
+            },
+        );
+        let states: Vec<RankState> = (0..self.ranks)
+            .map(|r| {
+                let reported = self.states.get(r).copied().unwrap_or(RankState {
+                    workers: 1,
+                    accel_free_s: 0.0,
+                    queued_cpu_s: 0.0,
+                    mem_cap: 0,
+                });
+                RankState { accel_free_s: due, mem_cap: 0, ..reported }
+            })
+            .collect();
+        let input = PlanInput {
+            first_step: t,
+            samples: offer.samples.clone(),
+            ranks: states,
+            accel: model,
+            transfer: self.effective_transfer(),
+            options: PlanOptions::default(),
+            pieces: offer.pieces.clone(),
+            exchange_s: exchange,
+        };
+        let clock = Instant::now();
+        let plan = policy::plan_step(self.cfg.policy, t, &input)?;
+        let took = clock.elapsed().as_secs_f64();
+        self.plan_stats = (self.plan_stats.0 + took, self.plan_stats.1 + 1, self.plan_stats.2.max(took));
+        let work = offer.job_work(plan.jobs.len());
+        let partial: Vec<bool> = (0..plan.jobs.len())
+            .map(|j| work[j].frames != FrameRange::whole(offer.frames[plan.jobs[j].sample as usize]))
+            .collect();
+        let shares = (0..plan.jobs.len())
+            .map(|j| {
+                let whole_s = input.samples[plan.jobs[j].sample as usize].decode_s;
+                match (partial[j], whole_s > 0.0) {
+                    (false, _) => 1.0,
+                    (true, true) => work[j].decode_s / whole_s,
+                    (true, false) => 0.5,
+                }
+            })
+            .collect();
+        let shapes = (0..plan.jobs.len())
+            .map(|j| {
+                let d = &descriptors[plan.jobs[j].sample as usize];
+                let (_, h, w) = output_shape(d, &self.cfg.params);
+                [work[j].frames.len() as usize, h as usize, w as usize, 3]
+            })
+            .collect();
+        let mut planned = Planned {
+            slots,
+            usable,
+            predicted: input.samples.iter().map(|x| (x.tokens, x.bytes)).collect(),
+            ranges: work.iter().map(|w| w.frames).collect(),
+            work_s: work.iter().map(|w| w.decode_s).collect(),
+            shares,
+            shapes,
+            partial,
+            plan,
+            job_of: HashMap::new(),
+            owned: vec![Vec::new(); self.ranks],
+            inbound: vec![Vec::new(); self.ranks],
+            jobs_of: Vec::new(),
+            moves: false,
+            accel_cache: Default::default(),
+        };
+        let mut jobs_of: Vec<Vec<usize>> = vec![Vec::new(); planned.slots.len()];
+        for j in 0..planned.plan.jobs.len() {
+            let key = planned.key_of(j);
+            planned.job_of.insert((key.slot, key.part), j);
+            let owner = planned.owner_of(j);
+            if planned.plan.jobs[j].part == 0 {
+                planned.owned[owner].push(key.slot);
+            }
+            if planned.decoder_of(j) != owner {
+                planned.inbound[owner].push(j as u32);
+                planned.moves = true;
+            }
+            jobs_of[key.slot as usize].push(j);
+        }
+        for js in &mut jobs_of {
+            js.sort_by_key(|&j| planned.plan.jobs[j].part);
+        }
+        planned.jobs_of = jobs_of;
+
+        for slots in &mut planned.owned {
+            slots.sort_unstable();
+        }
+        if self.keep_inputs {
+            self.inputs.push((t, input));
+        }
+        let planned = Arc::new(planned);
+        self.plans.insert(t, Arc::clone(&planned));
+        Ok(planned)
+    }
+
+    /// The transfer model with zstd folded in where compressing is predicted to be faster.
+    pub fn effective_transfer(&self) -> TransferCost {
+        let (ratio, bps) = self.zstd_shared;
+        if ratio <= 0.0 || bps <= 0.0 {
+            return self.cfg.transfer.clone();
+        }
+        let bands = self
+            .cfg
+            .transfer
+            .bands
+            .iter()
+            .map(|&(up_to, alpha, beta)| {
+                // Seconds per byte: raw 1/β; compressed: compress + decompress (≈ a third) + ratio/β.
+                let raw = 1.0 / beta.max(1.0);
+                let zstd = 1.33 / bps + ratio / beta.max(1.0);
+                (up_to, alpha, 1.0 / raw.min(zstd))
+            })
+            .collect();
+        TransferCost { bands }
+    }
+
+    /// Whether a tensor of `bytes` is predicted to cross faster compressed (zstd level 1).
+    pub fn compress(&self, bytes: usize) -> bool {
+        let (ratio, bps) = self.zstd_shared;
+        if ratio <= 0.0 || bps <= 0.0 {
+            return false;
+        }
+        let beta = self.cfg.transfer.bands.last().map_or(1e9, |b| b.2).max(1.0);
+        let b = bytes as f64;
+        b * (1.33 / bps + ratio / beta) < b / beta
+    }
+
+    /// Tokens of a sample of `frames × h × w` output with `text` text tokens.
+    pub fn tokens(&self, text: u32, shape: [usize; 4]) -> u64 {
+        self.cfg.formula.count(text, shape[0] as u32, shape[1] as u32, shape[2] as u32)
+    }
+}
