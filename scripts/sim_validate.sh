@@ -7,9 +7,10 @@
 #   scripts/sim_validate.sh DATA_DIR [RANKS=2] [WORKERS=4] [STEPS=20] [GLOBAL_BATCH=16]
 #
 # Run it on a quiet machine: other load on the cores changes the real run, not the simulated one.
-# The simulated decode costs come from scripts/workloads/calibration.json (made on this machine;
-# regenerate it with `datahelix calibrate DIR --json --out scripts/workloads/calibration.json`
-# where the machine differs).
+# The simulated decode costs come from scripts/workloads/calibration.json, or from the file
+# CALIBRATION names: calibrate on the machine that runs the real side
+# (`datahelix calibrate DIR --repeat 2 --json --out FILE`; decode speed differs between machines,
+# and between days of one shared machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${1:?usage: scripts/sim_validate.sh DATA_DIR [RANKS] [WORKERS] [STEPS] [GLOBAL_BATCH]}
@@ -30,7 +31,8 @@ for p in "${policies[@]}"; do
     --steps "$steps" --warmup 3 --profile "$profile" --cores "$cores" --out "$out/train-$p.json" 2>>"$out/train.log"
 done
 "$bin" sim --data "$data" --ranks "$ranks" --workers "$workers" --cores "$cores" --global-batch "$gb" \
-  --steps "$steps" --warmup 3 --profile "$profile" --overhead-s "${OVERHEAD_S:-0}" --json >"$out/sim.json"
+  --steps "$steps" --warmup 3 --profile "$profile" --overhead-s "${OVERHEAD_S:-0}" \
+  --calibration "${CALIBRATION:-scripts/workloads/calibration.json}" --json >"$out/sim.json"
 python3 - "$out" "${policies[@]}" <<'EOF'
 import json, sys
 out, policies = sys.argv[1], sys.argv[2:]

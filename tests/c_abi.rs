@@ -31,31 +31,8 @@ fn program(name: &'static str) -> PathBuf {
     let mut built = lock.lock().unwrap_or_else(|e| e.into_inner());
     let exe = work_dir().join(name);
     if !built.contains(&name) {
-        let lib = lib_dir();
-        assert!(lib.join("libdatahelix.so").exists(), "libdatahelix.so not built in {}", lib.display());
-        let repo = common::repo();
-        let mut cmd = Command::new("cc");
-        cmd.args([
-            "-std=c11",
-            "-D_POSIX_C_SOURCE=200809L",
-            "-g",
-            "-O0",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pedantic",
-        ])
-        .arg("-I")
-        .arg(repo.join("csrc/include"))
-        .arg(repo.join("csrc/tests").join(format!("{name}.c")))
-        .arg("-o")
-        .arg(&exe)
-        .arg("-L")
-        .arg(&lib)
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .args(["-ldatahelix", "-lm"]);
-        let o = common::run(&mut cmd);
-        assert!(o.status.success(), "cc {name}.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        let source = common::repo().join("csrc/tests").join(format!("{name}.c"));
+        common::compile_c("cc", &source, &lib_dir(), &exe);
         built.push(name);
     }
     exe
@@ -95,14 +72,6 @@ fn check(what: &str, o: &Output) -> String {
     out
 }
 
-fn manifest_ids(dir: &Path) -> Vec<u64> {
-    std::fs::read_to_string(dir.join("manifest.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].as_u64().unwrap())
-        .collect()
-}
-
 /// The printed records of `mpirun --tag-output`: every `[job,rank]<stdout>:` tag starts one
 /// (a rank's line and its newline may reach the pipe in separate writes, interleaved with
 /// another rank's), blank ones dropped.
@@ -122,7 +91,7 @@ fn records(out: &str) -> Vec<String> {
 
 /// Every step's global batch appears exactly once over the ranks' printed ids and skipped ids.
 fn assert_ids(out: &str, data: &Path, steps: u64, g: usize, seed: u64, ranks: usize) {
-    let sampler = Sampler::new(&manifest_ids(data), seed);
+    let sampler = Sampler::new(&common::manifest_ids(data), seed);
     let records = records(out);
     for step in 0..steps {
         let mut got = Vec::new();

@@ -92,46 +92,20 @@ fn c_program() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let lib = target_dir();
-            assert!(lib.join("libdatahelix.so").exists(), "libdatahelix.so not built in {}", lib.display());
             let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("caller_collectives");
             std::fs::create_dir_all(&dir).unwrap();
             let exe = dir.join("own_collectives");
-            let repo = common::repo();
-            let mut cmd = Command::new("mpicc");
-            cmd.args(["-std=c11", "-D_POSIX_C_SOURCE=200809L", "-g", "-O0", "-Wall", "-Wextra", "-Werror"])
-                .arg("-I")
-                .arg(repo.join("csrc/include"))
-                .arg(repo.join("csrc/tests/own_collectives.c"))
-                .arg("-o")
-                .arg(&exe)
-                .arg("-L")
-                .arg(&lib)
-                .arg(format!("-Wl,-rpath,{}", lib.display()))
-                .args(["-ldatahelix", "-lm"]);
-            let o = common::run(&mut cmd);
-            assert!(
-                o.status.success(),
-                "mpicc own_collectives.c failed:\n{}",
-                String::from_utf8_lossy(&o.stderr)
-            );
+            let source = common::repo().join("csrc/tests/own_collectives.c");
+            common::compile_c("mpicc", &source, &target_dir(), &exe);
             exe
         })
         .clone()
 }
 
-fn manifest_ids(dir: &Path) -> Vec<u64> {
-    std::fs::read_to_string(dir.join("manifest.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].as_u64().unwrap())
-        .collect()
-}
-
 #[test]
 fn a_c_program_with_its_own_mpi_collectives_finishes_every_step() {
     let program = c_program();
-    let sampler = Sampler::new(&manifest_ids(&dataset()), SEED);
+    let sampler = Sampler::new(&common::manifest_ids(&dataset()), SEED);
     for policy in ["helix", "helix-placement"] {
         for delay in [None, Some(23)] {
             let out = mpirun(&program, policy, delay);

@@ -61,14 +61,6 @@ fn assert_exactly_once(result: &Value, manifest_ids: &[u64]) -> BTreeMap<u64, Ve
     skipped
 }
 
-fn manifest_ids(dir: &Path) -> Vec<u64> {
-    std::fs::read_to_string(dir.join("manifest.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].as_u64().unwrap())
-        .collect()
-}
-
 #[test]
 fn every_policy_delivers_exactly_once_and_skips_the_same_bad_samples() {
     let tmp = common::copy_dataset(&common::tiny_dataset());
@@ -87,7 +79,7 @@ fn every_policy_delivers_exactly_once_and_skips_the_same_bad_samples() {
     let bytes = std::fs::read(&victim).unwrap();
     std::fs::write(&victim, &bytes[..bytes.len() / 2]).unwrap();
 
-    let ids = manifest_ids(dir);
+    let ids = common::manifest_ids(dir);
     let out = tempfile::tempdir().unwrap();
     let mut skips_by_policy = Vec::new();
     for policy in ["rank-local", "actor-pool", "post-balance", "helix-batching", "helix-placement", "helix"] {
@@ -174,7 +166,7 @@ fn step_checksums(result: &Value) -> BTreeMap<u64, u64> {
 #[test]
 fn samples_decoded_in_pieces_on_several_ranks_are_the_bytes_of_whole_decodes() {
     let dir = common::tiny_dataset();
-    let ids = manifest_ids(&dir);
+    let ids = common::manifest_ids(&dir);
     let out = tempfile::tempdir().unwrap();
     let whole = train(&dir, "rank-local", &out.path().join("whole.json"), &["--checksums"]);
     let trace = out.path().join("pieces.trace.json");

@@ -119,3 +119,46 @@ pub fn mpi_env(cmd: &mut Command) -> &mut Command {
         .env("OMPI_MCA_btl", "self,vader,tcp")
         .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
 }
+
+/// The ids of a dataset's `manifest.jsonl`, in file order.
+pub fn manifest_ids(dir: &Path) -> Vec<u64> {
+    std::fs::read_to_string(dir.join("manifest.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].as_u64().unwrap())
+        .collect()
+}
+
+/// Compiles the C program `source` against `csrc/include/datahelix.h` and the `libdatahelix.so`
+/// in `lib` with `compiler` (`cc`, or `mpicc` for a program that calls MPI itself), warnings as
+/// errors, into `exe`; fails the test with the compiler's output otherwise.
+pub fn compile_c(compiler: &str, source: &Path, lib: &Path, exe: &Path) {
+    assert!(lib.join("libdatahelix.so").exists(), "libdatahelix.so not built in {}", lib.display());
+    let mut cmd = Command::new(compiler);
+    cmd.args([
+        "-std=c11",
+        "-D_POSIX_C_SOURCE=200809L",
+        "-g",
+        "-O0",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-pedantic",
+    ])
+    .arg("-I")
+    .arg(repo().join("csrc/include"))
+    .arg(source)
+    .arg("-o")
+    .arg(exe)
+    .arg("-L")
+    .arg(lib)
+    .arg(format!("-Wl,-rpath,{}", lib.display()))
+    .args(["-ldatahelix", "-lm"]);
+    let o = run(&mut cmd);
+    assert!(
+        o.status.success(),
+        "{compiler} {} failed:\n{}",
+        source.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
