@@ -36,14 +36,15 @@
 //! | the protocol's sampler | [`sampler`] | works |
 //! | dataset generator (`datahelix gen`) | [`gen`] | works (drives the `ffmpeg` CLI) |
 //! | sampled-frame decoder, worker pool, decode-cost model | [`decode`] | works |
-//! | one sample decoded in pieces on several ranks (split at keyframes, [`decode::split`]) | [`decode`] | decode layer works; the planner and executor do not use it yet |
+//! | one sample decoded in pieces on several ranks (split at keyframes, [`decode::split`]) | [`decode`] | works: placement offers late samples in pieces, the owner puts them together |
 //! | `Collective` trait, MPI backend with watchdog, transfer model | [`collective`], [`comm`] | works |
 //! | HCCL backend | [`comm`] (feature `hccl`), crate `hccl-sys` | against the project's emulator; no Ascend hardware tested |
 //! | accelerator cost model, planner (batching, placement, gated rebalance) | [`cost`], [`plan`] | works |
+//! | one rank's step protocol, sans I/O (fixed collective schedule) | [`step`] | works; the loader and the simulator both run it |
 //! | policies, executor ([`exec::loader::Loader`]), emulated accelerator | [`policy`], [`exec`], [`emu`] | works, host memory (MPI) only |
 //! | metrics, traces, plots, comparison | [`metrics`] | works |
 //! | C ABI (`datahelix.h`) | [`ffi`] | works; a caller-provided communicator is not yet supported |
-//! | discrete-event simulator | — | not yet |
+//! | discrete-event simulator (one step engine per rank) | [`sim`] | works; validated against real runs (`scripts/workloads/README.md`) |
 
 pub mod cli;
 pub mod collective;
