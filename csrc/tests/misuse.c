@@ -112,6 +112,13 @@ int main(int argc, char **argv) {
   EXPECT(DH_NULL_PARAMETER, dh_loader_report_step(NULL, 0.1));
   EXPECT(DH_NULL_PARAMETER, dh_loader_prepare_ahead(NULL));
   EXPECT(DH_NULL_PARAMETER, dh_loader_ship_ahead(NULL, 0.1));
+  /* dh_loader_step: a NULL loader, accelerator, output or callback is refused before any step. */
+  dh_accelerator no_callbacks = {NULL, NULL, NULL, NULL};
+  EXPECT(DH_NULL_PARAMETER, dh_loader_step(NULL, &no_callbacks, &batch));
+  EXPECT(DH_NULL_PARAMETER, dh_loader_step(loader, NULL, &batch));
+  EXPECT(DH_NULL_PARAMETER, dh_loader_step(loader, &no_callbacks, NULL));
+  EXPECT(DH_NULL_PARAMETER, dh_loader_step(loader, &no_callbacks, &batch));
+  ASSERT(batch == NULL);
   EXPECT(DH_NULL_PARAMETER, dh_loader_metrics(NULL, &m));
   EXPECT(DH_NULL_PARAMETER, dh_loader_metrics(loader, NULL));
   EXPECT(DH_NULL_PARAMETER, dh_loader_close(NULL));
