@@ -1,4 +1,4 @@
-//! The protocol's sampler (`shared/bench/PROTOCOL.md`, "Sampler"): which sample ids form the
+//! The protocol's sampler (`shared/bench/PROTOCOL.md` v1.3, "Sampler"): which sample ids form the
 //! global batch of each step, and the rank-local (DistributedSampler) split of a batch.
 //!
 //! ```
@@ -9,12 +9,19 @@
 //! assert_eq!(batch.len(), 4);
 //! // Rank 1 of 2 takes positions 1 and 3 of the global batch.
 //! assert_eq!(rank_local_split(&batch, 1, 2), vec![batch[1], batch[3]]);
-//! // A run longer than the dataset wraps around the same order.
-//! assert_eq!(sampler.global_batch(5, 4)[0], sampler.order()[(5 * 4) % 5]);
+//! // Position 5 is the first of epoch 1, which has an order of its own.
+//! assert_eq!(sampler.global_batch(5, 1)[0], sampler.epoch_order(1)[0]);
 //! ```
 //!
 //! Every policy sees the same global batches; policies change only how a batch is split across
-//! ranks and where its samples are decoded.
+//! ranks and where its samples are decoded. The batches depend only on the ids, the seed and the
+//! step, so a run resumed at step s (at any world size) continues with the batches of a run that
+//! never stopped.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// The sampler's protocol version, as `train` results carry it.
+pub const PROTOCOL: &str = "1.3";
 
 /// The protocol's mixing function (Steele, Lea and Flood's SplitMix64 finaliser), all mod 2^64.
 pub fn splitmix64(x: u64) -> u64 {
@@ -24,44 +31,117 @@ pub fn splitmix64(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The epoch order of a dataset's ids for a seed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Sampler {
-    order: Vec<u64>,
+/// The seed of epoch `e`: the run's seed for epoch 0, `splitmix64(seed + e)` after (v1.3).
+pub fn epoch_seed(seed: u64, epoch: u64) -> u64 {
+    if epoch == 0 {
+        seed
+    } else {
+        splitmix64(seed.wrapping_add(epoch))
+    }
 }
 
+/// `ids` ordered by `(splitmix64(seed XOR id), id)`.
+fn ordered(ids: &[u64], seed: u64) -> Arc<[u64]> {
+    let mut keyed: Vec<(u64, u64)> = ids.iter().map(|&id| (splitmix64(seed ^ id), id)).collect();
+    keyed.sort_unstable();
+    keyed.into_iter().map(|(_, id)| id).collect()
+}
+
+/// The epoch orders of a dataset's ids for a seed.
+///
+/// Epoch 0's order is computed once; a later epoch's when first asked for (the most recent one is
+/// kept). Clones share the orders.
+#[derive(Debug)]
+pub struct Sampler {
+    seed: u64,
+    /// Epoch 0's order.
+    first: Arc<[u64]>,
+    /// The last later epoch asked for, and its order.
+    recent: Mutex<Option<(u64, Arc<[u64]>)>>,
+}
+
+impl Clone for Sampler {
+    fn clone(&self) -> Sampler {
+        Sampler { seed: self.seed, first: self.first.clone(), recent: Mutex::new(self.recent_order()) }
+    }
+}
+
+impl PartialEq for Sampler {
+    fn eq(&self, other: &Sampler) -> bool {
+        self.seed == other.seed && self.first == other.first
+    }
+}
+
+impl Eq for Sampler {}
+
 impl Sampler {
-    /// Orders `ids` by `(splitmix64(seed XOR id), id)`.
+    /// The sampler of `ids` (in any order; duplicates are kept) under `seed`.
     pub fn new(ids: &[u64], seed: u64) -> Sampler {
-        let mut keyed: Vec<(u64, u64)> = ids.iter().map(|&id| (splitmix64(seed ^ id), id)).collect();
-        keyed.sort_unstable();
-        Sampler { order: keyed.into_iter().map(|(_, id)| id).collect() }
+        Sampler { seed, first: ordered(ids, seed), recent: Mutex::new(None) }
     }
 
-    /// The ordered ids.
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Epoch 0's order.
     pub fn order(&self) -> &[u64] {
-        &self.order
+        &self.first
     }
 
-    /// Number of ids.
+    /// The order of epoch `epoch`.
+    pub fn epoch_order(&self, epoch: u64) -> Arc<[u64]> {
+        if epoch == 0 {
+            return self.first.clone();
+        }
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, order)) = recent.as_ref().filter(|(e, _)| *e == epoch) {
+            return order.clone();
+        }
+        let order = ordered(&self.first, epoch_seed(self.seed, epoch));
+        *recent = Some((epoch, order.clone()));
+        order
+    }
+
+    fn recent_order(&self) -> Option<(u64, Arc<[u64]>)> {
+        self.recent.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Number of ids (an epoch's length).
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.first.len()
     }
 
     /// True when there are no ids.
     pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.first.is_empty()
     }
 
-    /// The global batch of `step`: positions `step·G .. step·G + G − 1`, position p taking
-    /// `order[p mod N]`. Empty when the dataset is.
+    /// The epoch that global-batch position `position` lies in.
+    pub fn epoch_of(&self, position: u64) -> u64 {
+        position.checked_div(self.first.len() as u64).unwrap_or(0)
+    }
+
+    /// The global batch of `step`: positions `step·G .. step·G + G − 1`, position p taking element
+    /// `p mod N` of epoch `p div N`'s order. Empty when the dataset is.
     pub fn global_batch(&self, step: u64, global_batch: usize) -> Vec<u64> {
-        let n = self.order.len() as u64;
+        let n = self.first.len() as u64;
         if n == 0 {
             return Vec::new();
         }
-        let g = global_batch as u64;
-        (0..g).map(|k| self.order[(step.wrapping_mul(g).wrapping_add(k) % n) as usize]).collect()
+        let start = step.wrapping_mul(global_batch as u64);
+        let mut batch = Vec::with_capacity(global_batch);
+        let mut epoch = u64::MAX;
+        let mut order = self.first.clone();
+        for p in (0..global_batch as u64).map(|k| start.wrapping_add(k)) {
+            if p / n != epoch {
+                epoch = p / n;
+                order = self.epoch_order(epoch);
+            }
+            batch.push(order[(p % n) as usize]);
+        }
+        batch
     }
 }
 
@@ -101,16 +181,57 @@ mod tests {
     }
 
     #[test]
-    fn batches_tile_the_order_and_wrap() {
+    fn batches_tile_the_order_and_wrap_into_the_next_epoch() {
         let ids: Vec<u64> = (100..110).collect();
         let s = Sampler::new(&ids, 9);
         let b0 = s.global_batch(0, 4);
         let b1 = s.global_batch(1, 4);
         let b2 = s.global_batch(2, 4);
+        let e1 = s.epoch_order(1);
         assert_eq!(&b0[..], &s.order()[0..4]);
         assert_eq!(&b1[..], &s.order()[4..8]);
-        assert_eq!(&b2[..], &[s.order()[8], s.order()[9], s.order()[0], s.order()[1]]);
+        assert_eq!(&b2[..], &[s.order()[8], s.order()[9], e1[0], e1[1]]);
         assert!(Sampler::new(&[], 1).global_batch(3, 4).is_empty());
+    }
+
+    #[test]
+    fn every_epoch_visits_each_id_once_in_a_new_order() {
+        let ids: Vec<u64> = (0..1000).map(|i| i * 7 + 3).collect();
+        let s = Sampler::new(&ids, 42);
+        let mut seen = Vec::new();
+        for e in 0..4u64 {
+            let order = s.epoch_order(e);
+            let mut want = ids.clone();
+            want.sort_by_key(|&id| (splitmix64(epoch_seed(42, e) ^ id), id));
+            assert_eq!(&order[..], &want[..], "epoch {e}");
+            let mut sorted = order.to_vec();
+            sorted.sort_unstable();
+            assert_eq!(sorted, ids, "epoch {e} is a permutation");
+            assert!(!seen.contains(&order.to_vec()), "epoch {e} repeats an earlier order");
+            seen.push(order.to_vec());
+        }
+        assert_eq!(epoch_seed(42, 0), 42);
+        assert_eq!(epoch_seed(42, 3), splitmix64(45));
+        // Batches of 300 over 1000 ids: step 3 holds positions 900..1200 (epoch 0 then epoch 1).
+        let b = s.global_batch(3, 300);
+        assert_eq!(&b[..100], &s.order()[900..]);
+        assert_eq!(&b[100..], &s.epoch_order(1)[..200]);
+        // Asking for epochs out of order gives the same answers (the cache is only a cache).
+        let again = s.clone();
+        assert_eq!(again.global_batch(7, 300), s.global_batch(7, 300));
+        assert_eq!(s.epoch_order(2), again.epoch_order(2));
+        assert_eq!(s.epoch_of(999), 0);
+        assert_eq!(s.epoch_of(1000), 1);
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_dataset_spans_epochs() {
+        let s = Sampler::new(&[1, 2, 3], 5);
+        let b = s.global_batch(1, 7); // positions 7..14: epochs 2, 3 and 4
+        assert_eq!(b.len(), 7);
+        assert_eq!(b[0], s.epoch_order(2)[1]);
+        assert_eq!(b[2], s.epoch_order(3)[0]);
+        assert_eq!(b[6], s.epoch_order(4)[1]);
     }
 
     #[test]

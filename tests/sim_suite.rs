@@ -25,7 +25,7 @@ fn every_workload_and_policy_delivers_exactly_once() {
                 let (mut cfg, data) = sim::prepare(&w, &cal, policy, &reduced()).unwrap();
                 cfg.check_plan = check_plan;
                 let run = sim::simulate(&cfg, &data).unwrap();
-                let ids: Vec<u64> = data.descriptors.iter().map(|d| d.id).collect();
+                let ids: Vec<u64> = data.descriptors().iter().map(|d| d.id).collect();
                 let sampler = Sampler::new(&ids, cfg.seed);
                 for s in 0..cfg.steps {
                     let mut want: Vec<u64> = sampler.global_batch(s, cfg.global_batch);

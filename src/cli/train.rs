@@ -239,7 +239,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
             "cores": cores,
             "backend": args.backend,
             "dataset": args.data.display().to_string(),
-            "protocol": "1.2",
+            "protocol": crate::sampler::PROTOCOL,
         }),
         records,
         summary,

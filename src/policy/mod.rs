@@ -21,6 +21,8 @@
 
 pub mod pieces;
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::str::FromStr;
 
 use crate::cost::accel::AccelModel;
@@ -249,20 +251,20 @@ pub fn time_to_exchange(
 /// shared pool frees up first (worker w lives on rank w mod R), using predicted decode times.
 fn actor_pool_decoders(samples: &[SampleIn], ranks: &[RankState]) -> Vec<u32> {
     let r = ranks.len();
-    let mut workers: Vec<(i64, usize)> = Vec::new(); // (free at, rank)
     let total: u32 = ranks.iter().map(|s| s.workers).sum();
-    for w in 0..total as usize {
-        let rank = w % r;
-        let backlog = plan::ns(ranks[rank].queued_cpu_s / ranks[rank].workers.max(1) as f64);
-        workers.push((backlog, rank));
-    }
+    // (free at, worker index): the earliest-free worker first, the lower index on a tie.
+    let mut free: BinaryHeap<Reverse<(i64, usize)>> = (0..total as usize)
+        .map(|w| {
+            let rank = &ranks[w % r];
+            Reverse((plan::ns(rank.queued_cpu_s / rank.workers.max(1) as f64), w))
+        })
+        .collect();
     samples
         .iter()
         .map(|s| {
-            let (k, _) =
-                workers.iter().enumerate().min_by_key(|(k, w)| (w.0, *k)).expect("at least one worker");
-            workers[k].0 += plan::ns(s.decode_s);
-            workers[k].1 as u32
+            let Reverse((at, w)) = free.pop().expect("at least one worker");
+            free.push(Reverse((at + plan::ns(s.decode_s), w)));
+            (w % r) as u32
         })
         .collect()
 }

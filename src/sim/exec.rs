@@ -14,7 +14,7 @@
 //! not the same on every rank — are an error naming them.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -29,6 +29,7 @@ use crate::metrics::{summarize, RankStep, Summary};
 use crate::plan::record::RECORD_BYTES;
 use crate::plan::TransferCost;
 use crate::policy::Policy;
+use crate::sampler::Sampler;
 use crate::step::{Action, Agreed, AgreedConfig, BatchSpec, Call, Catalog, Engine, Event, Finished, PartKey};
 
 /// How to simulate one run.
@@ -103,13 +104,56 @@ impl SimConfig {
     }
 }
 
-/// The dataset: descriptors and the true decode CPU seconds of each.
+/// The dataset: descriptors and the true decode CPU seconds of each, indexed once for every
+/// policy simulated over it (at 4096 ranks a workload holds millions of descriptors).
 #[derive(Clone, Debug)]
 pub struct SimData {
     /// Descriptors (the sampler draws their ids).
-    pub descriptors: Vec<Descriptor>,
+    descriptors: Vec<Descriptor>,
     /// True decode CPU seconds, per descriptor.
-    pub decode_s: Vec<f64>,
+    decode_s: Vec<f64>,
+    /// Position of each id's first descriptor.
+    pos_of: HashMap<u64, usize>,
+    /// The sampler of the last seed simulated.
+    sampler: Arc<Mutex<Option<Sampler>>>,
+}
+
+impl SimData {
+    /// The dataset of `descriptors` whose decodes take `decode_s` CPU seconds (one per descriptor).
+    pub fn new(descriptors: Vec<Descriptor>, decode_s: Vec<f64>) -> Result<SimData, String> {
+        if descriptors.is_empty() || decode_s.len() != descriptors.len() {
+            return Err("the dataset is empty (or its decode times do not match it)".into());
+        }
+        let mut pos_of = HashMap::with_capacity(descriptors.len());
+        for (i, d) in descriptors.iter().enumerate() {
+            pos_of.entry(d.id).or_insert(i);
+        }
+        Ok(SimData { descriptors, decode_s, pos_of, sampler: Arc::default() })
+    }
+
+    /// The descriptors.
+    pub fn descriptors(&self) -> &[Descriptor] {
+        &self.descriptors
+    }
+
+    /// True decode CPU seconds, per descriptor.
+    pub fn decode_s(&self) -> &[f64] {
+        &self.decode_s
+    }
+
+    /// The sampler of these ids under `seed` (made once per seed in a row).
+    fn sampler(&self, seed: u64) -> Sampler {
+        let mut kept = self.sampler.lock().unwrap_or_else(PoisonError::into_inner);
+        match kept.as_ref() {
+            Some(s) if s.seed() == seed => s.clone(),
+            _ => {
+                let ids: Vec<u64> = self.descriptors.iter().map(|d| d.id).collect();
+                let s = Sampler::new(&ids, seed);
+                *kept = Some(s.clone());
+                s
+            }
+        }
+    }
 }
 
 /// A simulated run's result.
@@ -134,12 +178,11 @@ pub struct SimRun {
 /// The workload's descriptors as the engines' catalog.
 struct DataCatalog<'a> {
     data: &'a SimData,
-    pos_of: HashMap<u64, usize>,
 }
 
 impl Catalog for DataCatalog<'_> {
     fn lookup(&self, id: u64) -> Result<Option<(usize, Descriptor)>, String> {
-        Ok(self.pos_of.get(&id).map(|&p| (p, self.data.descriptors[p])))
+        Ok(self.data.pos_of.get(&id).map(|&p| (p, self.data.descriptors[p])))
     }
 }
 
@@ -396,14 +439,6 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
     if cfg.cores.len() != r_n || cfg.workers.contains(&0) {
         return Err("every rank needs ≥ 1 worker and a core count".into());
     }
-    if data.descriptors.is_empty() || data.decode_s.len() != data.descriptors.len() {
-        return Err("the dataset is empty (or its decode times do not match it)".into());
-    }
-    let mut pos_of = HashMap::with_capacity(data.descriptors.len());
-    for (i, d) in data.descriptors.iter().enumerate() {
-        pos_of.entry(d.id).or_insert(i);
-    }
-    let ids: Vec<u64> = data.descriptors.iter().map(|d| d.id).collect();
     let ranks = (0..r_n)
         .map(|r| {
             // A worker's share of a core, as the loader reports it under an enforced budget.
@@ -423,8 +458,8 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         .collect();
     let mut cluster = Cluster {
         cfg,
-        catalog: DataCatalog { data, pos_of },
-        agreed: Agreed::new(cfg.agreed(), &ids, r_n),
+        catalog: DataCatalog { data },
+        agreed: Agreed::with_sampler(cfg.agreed(), data.sampler(cfg.seed), r_n),
         ranks,
     };
     let reduce_s = cfg.links.all_gather_s(r_n, 8);

@@ -136,7 +136,7 @@ pub fn prepare(
         split_above_s: None,
         check_plan: false,
     };
-    Ok((cfg, SimData { descriptors, decode_s }))
+    Ok((cfg, SimData::new(descriptors, decode_s)?))
 }
 
 /// Cores per rank at which a rank's mean decode CPU-seconds per step (`batch` samples of the
@@ -447,7 +447,7 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         split_above_s: None,
         check_plan: false,
     };
-    simulate(&cfg, &SimData { descriptors, decode_s })
+    simulate(&cfg, &SimData::new(descriptors, decode_s)?)
 }
 
 /// Loads a workload and its calibration.

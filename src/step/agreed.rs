@@ -193,8 +193,16 @@ pub struct AfterDecode {
 impl Agreed {
     /// The state before the first round, for a dataset of `ids` over `ranks` ranks.
     pub fn new(cfg: AgreedConfig, ids: &[u64], ranks: usize) -> Agreed {
+        let sampler = Sampler::new(ids, cfg.seed);
+        Agreed::with_sampler(cfg, sampler, ranks)
+    }
+
+    /// [`Agreed::new`] with the dataset's sampler already made (the simulator shares one across
+    /// policies). The sampler's seed is the configuration's.
+    pub fn with_sampler(mut cfg: AgreedConfig, sampler: Sampler, ranks: usize) -> Agreed {
+        cfg.seed = sampler.seed();
         Agreed {
-            sampler: Sampler::new(ids, cfg.seed),
+            sampler,
             accel: AccelFit::new(cfg.accel_prior, cfg.accel_window),
             cfg,
             ranks,
