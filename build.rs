@@ -15,6 +15,23 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     println!("cargo:rerun-if-env-changed=MPICC");
+    // The commit this library is built from: part of the job fingerprint every rank compares
+    // (`src/exec/fingerprint.rs`), so that ranks running different builds stop at start-up.
+    for git in [".git/HEAD", ".git/refs/heads", ".git/packed-refs"] {
+        if std::path::Path::new(git).exists() {
+            println!("cargo:rerun-if-changed={git}");
+        }
+    }
+    let commit = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_string());
+    println!("cargo:rustc-env=DATAHELIX_BUILD_COMMIT={commit}");
 
     let missing: Vec<&str> = FFMPEG_LIBS.iter().copied().filter(|l| !pkg_config_has(l)).collect();
     if !missing.is_empty() {

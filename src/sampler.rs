@@ -31,6 +31,20 @@ pub fn splitmix64(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A hash of `bytes` built on [`splitmix64`], eight bytes at a time (an index of a million
+/// samples is hundreds of MiB): dataset fingerprints and state checksums. Not a defence against
+/// deliberate collisions.
+pub fn words_hash(bytes: &[u8]) -> u64 {
+    let mut chunks = bytes.chunks_exact(8);
+    let mut h = splitmix64(bytes.len() as u64);
+    for c in &mut chunks {
+        h = splitmix64(h ^ u64::from_le_bytes(c.try_into().expect("8 bytes")));
+    }
+    let mut tail = [0u8; 8];
+    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    splitmix64(h ^ u64::from_le_bytes(tail))
+}
+
 /// The seed of epoch `e`: the run's seed for epoch 0, `splitmix64(seed + e)` after (v1.3).
 pub fn epoch_seed(seed: u64, epoch: u64) -> u64 {
     if epoch == 0 {
@@ -163,6 +177,18 @@ mod tests {
         assert_eq!(splitmix64(0), 0xE220_A839_7B1D_CDAF);
         assert_eq!(splitmix64(0x9E37_79B9_7F4A_7C15), 0x6E78_9E6A_A1B9_65F4);
         assert_eq!(splitmix64(1), 0x910A_2DEC_8902_5CC1);
+    }
+
+    #[test]
+    fn words_hash_sees_every_byte() {
+        let data: Vec<u8> = (0..100u8).collect();
+        let h = words_hash(&data);
+        for i in [0, 7, 8, 95, 99] {
+            let mut d = data.clone();
+            d[i] ^= 1;
+            assert_ne!(words_hash(&d), h, "byte {i}");
+        }
+        assert_ne!(words_hash(&data[..99]), h, "length");
     }
 
     #[test]

@@ -332,7 +332,10 @@ dh_result dh_config_from_file(const char *path, struct dh_config **config_out);
  * `check_plan` (`true`/`false`), `split_above_s` (placement policies: decode every sample
  * predicted longer than this many seconds in pieces), `max_frames`, `max_pixels`,
  * `collective_timeout_s` (the
- * collectives' watchdog, see `dh_loader_next`). Fails with `DH_NULL_PARAMETER`,
+ * collectives' watchdog, see `dh_loader_next`), `resume` (a state document from
+ * `dh_loader_state`: the loader continues that run; checked here, and against the dataset by
+ * `dh_loader_new`) or `resume_file` (a file holding one, e.g. from `datahelix train
+ * --save-state`). Fails with `DH_NULL_PARAMETER`,
  * `DH_UNKNOWN_KEY` (the message names the key and lists the known ones) or
  * `DH_INVALID_PARAMETER` (the message names the key and the expected value); the configuration
  * is unchanged then. Not thread-safe for one configuration.
@@ -363,13 +366,30 @@ void dh_config_free(struct dh_config *config);
 dh_result dh_loader_new(const struct dh_config *config, struct dh_loader **loader_out);
 
 /**
- * Creates a loader on a communicator the caller passes (`comm` points to the caller's
- * `MPI_Comm`). **Not supported yet**: after checking its arguments for NULL it returns
- * `DH_UNSUPPORTED` and writes nothing. Use `dh_loader_new` (`MPI_COMM_WORLD`).
+ * Creates this rank's loader on a communicator the caller owns: `comm` points to the caller's
+ * `MPI_Comm` (e.g. `&dp_comm`, a data-parallel group from `MPI_Comm_split`). The library
+ * duplicates it (`MPI_Comm_dup`, so the caller's traffic on it never mixes with the loader's)
+ * and never frees it; the loader's ranks are the communicator's. MPI must be initialised by the
+ * caller (and is never finalised here: free every loader before `MPI_Finalize`).
+ * **Collective** over `comm`: every rank of it calls this with the same configuration. Several
+ * loaders on disjoint communicators run at once in one job. Fails as `dh_loader_new`, and with
+ * `DH_MPI_INIT` when MPI is not initialised, or `*comm` is `MPI_COMM_NULL` or an
+ * inter-communicator; nothing is written then.
  */
 dh_result dh_loader_new_with_comm(const struct dh_config *config,
                                   const void *comm,
                                   struct dh_loader **loader_out);
+
+/**
+ * Copies the loader's state — where the run stands, a JSON document of a few hundred bytes —
+ * into `buf` (truncated to `len - 1` bytes and NUL-terminated when `len > 0`; nothing is written
+ * when `buf` is NULL or `len` is 0) and writes the length the whole document needs, NUL
+ * included, to `*needed_out`. Save it with the model's checkpoint after a step's update; a new
+ * loader continues from it with the configuration key `resume`: its first batch is the step
+ * after the one delivered last, and every global batch is the one an uninterrupted run delivers
+ * (at any world size). Not collective. Fails with `DH_NULL_PARAMETER` or `DH_CLOSED`.
+ */
+dh_result dh_loader_state(struct dh_loader *loader, char *buf, size_t len, size_t *needed_out);
 
 /**
  * This rank and the number of ranks. Works in any state (also after close). Fails with

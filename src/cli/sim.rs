@@ -64,6 +64,10 @@ pub struct SimArgs {
     /// `--data`: the decode-cost calibration (`datahelix calibrate --json` output).
     #[arg(long, default_value = "scripts/workloads/calibration.json")]
     pub calibration: PathBuf,
+    /// `--data`: multiplies every calibrated decode time (a machine whose budgeted pools spend more
+    /// CPU per decode than a calibration does; `scripts/sim_validate.sh` measures it).
+    #[arg(long, default_value_t = 1.0)]
+    pub decode_scale: f64,
     /// Observations the accelerator fit keeps (default: the loader's, 8 × max(R, 8)).
     #[arg(long)]
     pub accel_window: Option<usize>,
@@ -190,6 +194,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
                 seed: args.seed.unwrap_or(0),
                 profile: args.profile,
                 overhead_s: args.overhead_s,
+                decode_scale: args.decode_scale,
             };
             let r = sim::run_data(dir, &cal, &run).map_err(CliError::usage)?;
             let pr = PolicyResult::of(&r);

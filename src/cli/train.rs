@@ -14,6 +14,7 @@ use crate::comm;
 use crate::emu::Profile;
 use crate::exec::emulated::EmulatedAccelerator;
 use crate::exec::loader::{Loader, LoaderConfig};
+use crate::exec::state::LoaderState;
 use crate::metrics::trace::{write_trace, RankMeta};
 use crate::metrics::{summarize, RankStep, Span, TrainResult};
 use crate::policy::Policy;
@@ -61,9 +62,19 @@ pub struct TrainArgs {
     /// Cores the CPU budget divides (default: the machine's).
     #[arg(long, default_value_t = 0.0)]
     pub cores: f64,
-    /// All-reduce every plan's hash and fail on a mismatch.
-    #[arg(long)]
+    /// All-reduce every plan's hash and fail on a mismatch (the default; 8 bytes a step).
+    #[arg(long, overrides_with = "no_check_plan")]
     pub check_plan: bool,
+    /// Do not check the plans' hashes.
+    #[arg(long, overrides_with = "check_plan")]
+    pub no_check_plan: bool,
+    /// After the last step, write the loader's state here (rank 0) for `--resume`.
+    #[arg(long)]
+    pub save_state: Option<PathBuf>,
+    /// Continue the run a `--save-state` file describes: its next step is the first trained;
+    /// `--steps` stays the total (records carry the global step numbers).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
     /// Collective backend: `mpi`, or `hccl` (built with `--features hccl`; tensors move through
     /// HCCL device buffers — on the project's emulator where no Ascend device exists).
     #[arg(long, default_value = "mpi")]
@@ -95,6 +106,34 @@ fn fail_job(rank: usize, ranks: usize, e: impl std::fmt::Display) -> CliError {
         crate::comm::mpi::raw::abort(crate::comm::EXIT_ABORTED);
     }
     fail(e)
+}
+
+/// Rank 0 reads the state file and broadcasts it (the file need not be on every node); every
+/// rank parses the same bytes, so all refuse a bad file together.
+fn read_state_on_rank0(
+    c: &dyn crate::collective::Collective,
+    path: &std::path::Path,
+) -> Result<LoaderState, String> {
+    let text = if c.rank() == 0 {
+        std::fs::read(path).map_err(|e| format!("cannot read the loader state {}: {e}", path.display()))
+    } else {
+        Ok(Vec::new())
+    };
+    // Length first (u64::MAX: rank 0 could not read it), then the bytes.
+    let mut len = text.as_ref().map_or(u64::MAX, |t| t.len() as u64).to_le_bytes();
+    c.broadcast(0, &mut len).map_err(|e| e.to_string())?;
+    let len = u64::from_le_bytes(len);
+    if len == u64::MAX {
+        return Err(text.err().unwrap_or_else(|| {
+            format!("rank 0 could not read the loader state {}; see its error", path.display())
+        }));
+    }
+    let mut bytes = text.unwrap_or_default();
+    bytes.resize(usize::try_from(len).map_err(|_| "the loader state is too large".to_string())?, 0);
+    c.broadcast(0, &mut bytes).map_err(|e| e.to_string())?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| format!("{}: not a loader state (not UTF-8 text)", path.display()))?;
+    LoaderState::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Runs `datahelix train`.
@@ -129,9 +168,19 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     cfg.cpu_budget = !args.no_cpu_budget;
     cfg.cores = cores;
     cfg.job = format!("{job:x}");
-    cfg.check_plan = args.check_plan;
+    cfg.check_plan = !args.no_check_plan;
     cfg.trace = args.trace.is_some();
-    let mut loader = Loader::new(c, cfg).map_err(|e| CliError::usage(e.to_string()))?;
+    let state = match &args.resume {
+        Some(path) => Some(read_state_on_rank0(c, path).map_err(CliError::usage)?),
+        None => None,
+    };
+    let opened = match &state {
+        Some(state) => Loader::resume(c, cfg, state),
+        None => Loader::new(c, cfg),
+    };
+    // Every rank fails here together (the loader's fingerprint check is collective).
+    let mut loader = opened.map_err(|e| CliError::usage(e.to_string()))?;
+    let first_step = state.as_ref().map_or(0, |s| s.next_step);
     let (budget, why) = loader.cpu_budget();
     if rank == 0 {
         eprintln!(
@@ -151,7 +200,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     let mut records = Vec::with_capacity(args.steps as usize);
     let mut spans: Vec<Span> = Vec::new();
     let mut accel = EmulatedAccelerator::new(args.profile, args.seed, rank);
-    for step in 0..args.steps {
+    for step in first_step..args.steps {
         let start_s = t0.elapsed().as_secs_f64();
         // The library's step driver: the batch, the accelerator's step on it (the loader plans
         // and ships meanwhile), its seconds reported.
@@ -204,6 +253,9 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     }
     spans.extend(loader.spans().iter().cloned());
     let counters = loader.counters();
+    if let (Some(path), 0) = (&args.save_state, rank) {
+        loader.state().write(path).map_err(|e| fail_job(rank, ranks, e))?;
+    }
     drop(loader);
 
     // Gather every rank's records (and spans) on every rank; rank 0 writes.

@@ -21,6 +21,7 @@ use crate::collective::{Collective, LocalWorld};
 
 #[cfg(feature = "hccl")]
 pub mod hccl;
+pub mod launcher;
 pub mod mpi;
 pub mod watchdog;
 
@@ -181,27 +182,39 @@ pub enum InitError {
     /// This build does not contain the backend.
     #[error("this build has no {0} backend: rebuild with `cargo build --features {0}`")]
     NotBuilt(&'static str),
+    /// The environment says the job has more processes than the world has ranks
+    /// ([`launcher::mismatch`]).
+    #[error("{0}")]
+    Launcher(String),
 }
 
 /// Opens the world of `backend`: for `mpi` as [`init`]; for `hccl` an HCCL world (one rank
 /// without a launcher).
 pub fn init_backend(config: Config, backend: Backend) -> Result<World, InitError> {
     match backend {
-        Backend::Mpi => Ok(init(config)?),
+        Backend::Mpi => init(config),
         #[cfg(feature = "hccl")]
-        Backend::Hccl => Ok(World::Hccl(hccl::HcclCollective::init(config)?)),
+        Backend::Hccl => {
+            let world = World::Hccl(hccl::HcclCollective::init(config)?);
+            launcher::check(world.collective().size()).map_err(InitError::Launcher)?;
+            Ok(world)
+        }
         #[cfg(not(feature = "hccl"))]
         Backend::Hccl => Err(InitError::NotBuilt("hccl")),
     }
 }
 
 /// Opens the world: MPI when a launcher started the process, a one-rank local world otherwise.
-pub fn init(config: Config) -> Result<World, mpi::InitError> {
-    if launched_by_mpi() {
-        mpi::MpiWorld::init(config).map(World::Mpi)
+/// Refuses a world smaller than the environment says the job is (torchrun, srun without PMI:
+/// [`launcher::mismatch`]).
+pub fn init(config: Config) -> Result<World, InitError> {
+    let world = if launched_by_mpi() {
+        World::Mpi(mpi::MpiWorld::init(config)?)
     } else {
-        Ok(World::Local(LocalWorld::new()))
-    }
+        World::Local(LocalWorld::new())
+    };
+    launcher::check(world.collective().size()).map_err(InitError::Launcher)?;
+    Ok(world)
 }
 
 #[cfg(test)]

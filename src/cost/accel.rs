@@ -64,6 +64,14 @@ pub enum TokenFormula {
 }
 
 impl TokenFormula {
+    /// `tokens` or `latents`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TokenFormula::Tokens => "tokens",
+            TokenFormula::Latents => "latents",
+        }
+    }
+
     /// The count for a sample of `frames` frames of `height × width` output pixels.
     pub fn count(self, text_tokens: u32, frames: u32, height: u32, width: u32) -> u64 {
         let (f, h, w) = (frames as u64, height as u64, width as u64);

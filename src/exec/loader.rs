@@ -49,6 +49,8 @@ use std::time::{Duration, Instant};
 
 mod tensors;
 
+use super::fingerprint::{self, Fingerprint, JobFacts};
+use super::state::{DatasetId, LoaderState};
 use crate::collective::{Collective, CollectiveError};
 use crate::comm::World;
 use crate::cost::accel::{AccelModel, TokenFormula};
@@ -99,7 +101,8 @@ pub struct LoaderConfig {
     pub accel_prior: AccelModel,
     /// The transfer model.
     pub transfer: TransferCost,
-    /// All-reduce every round's plan hash (and the sequence of collectives) and fail on a mismatch.
+    /// All-reduce every round's plan hash (and the sequence of collectives) and fail on a mismatch:
+    /// 8 bytes a step, on by default.
     pub check_plan: bool,
     /// Keep trace spans.
     pub trace: bool,
@@ -140,7 +143,7 @@ impl LoaderConfig {
             token_formula: TokenFormula::Tokens,
             accel_prior: AccelModel { c0: 0.01, a: 1e-6, b: 0.0 },
             transfer: policy::default_transfer(),
-            check_plan: false,
+            check_plan: true,
             trace: false,
             split_above_s: None,
             ship_margin_s: DEFAULT_SHIP_MARGIN_S,
@@ -298,6 +301,65 @@ fn dump_plan_input(dir: &std::path::Path, t: u64, input: &PlanInput) {
     }
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A dataset opened for a loader, and where it starts.
+struct OpenedDataset {
+    index: Index,
+    ids: Vec<u64>,
+    dataset: DatasetId,
+    index_sha256: [u8; 32],
+    first_step: u64,
+}
+
+impl Loader<'_> {
+    /// Opens the index and checks the configuration and the state to resume, if any.
+    fn open_dataset(cfg: &LoaderConfig, resume: Option<&LoaderState>) -> Result<OpenedDataset, ExecError> {
+        let index = Index::open(&cfg.data)?;
+        if cfg.global_batch == 0 || cfg.workers == 0 || cfg.lookahead == 0 {
+            return Err(ExecError::Invalid("global batch, workers and lookahead must be at least 1".into()));
+        }
+        let mut ids = Vec::with_capacity(index.len());
+        for i in 0..index.len() {
+            let d = index.get(i)?;
+            if d.status != crate::descriptor::Status::DuplicateId {
+                ids.push(d.id);
+            }
+        }
+        if ids.is_empty() {
+            return Err(ExecError::Invalid(format!(
+                "{} holds no samples; run `datahelix index` on a dataset",
+                cfg.data.display()
+            )));
+        }
+        let index_sha256 = index.content_sha256()?;
+        let dataset = DatasetId {
+            samples: ids.len() as u64,
+            manifest_sha256: hex(&index.manifest_sha256()),
+            index_sha256: hex(&index_sha256),
+        };
+        let first_step = match resume {
+            Some(state) => {
+                state
+                    .check_against(cfg.seed, cfg.global_batch as u64, &dataset)
+                    .map_err(ExecError::Invalid)?;
+                state.next_step
+            }
+            None => 0,
+        };
+        if first_step >= cfg.steps {
+            return Err(ExecError::Invalid(format!(
+                "the loader state continues at step {first_step}, but the run has {} steps in all: nothing \
+                 is left to deliver (the step count is the total, not the steps still to run)",
+                cfg.steps
+            )));
+        }
+        Ok(OpenedDataset { index, ids, dataset, index_sha256, first_step })
+    }
+}
+
 fn workers_of(rank: usize, ranks: usize, total: usize) -> u32 {
     (total / ranks + usize::from(rank < total % ranks)).max(1) as u32
 }
@@ -309,6 +371,8 @@ pub struct Loader<'w> {
     pool: Pool,
     group: CpuGroup,
     index: Index,
+    /// Which dataset the index holds (for [`Loader::state`]).
+    dataset: DatasetId,
     cfg: LoaderConfig,
     workers_here: u32,
     /// Where rank 0 writes every planner input (`DATAHELIX_PLAN_DUMP`).
@@ -327,28 +391,59 @@ pub struct Loader<'w> {
 }
 
 impl<'w> Loader<'w> {
-    /// Opens the index, starts this rank's decode workers (inside its CPU cgroup when asked).
-    /// `world` is borrowed (`world.collective()`) or owned (a [`World`]).
+    /// Opens the index, checks that every rank runs the same job (a fingerprint all-gathered:
+    /// dataset, build, settings; every rank fails with the same message naming the ranks and
+    /// fields that differ), starts this rank's decode workers (inside its CPU cgroup when asked).
+    /// `world` is borrowed (`world.collective()`) or owned (a [`World`]). Collective.
     pub fn new(world: impl Into<WorldRef<'w>>, cfg: LoaderConfig) -> Result<Loader<'w>, ExecError> {
-        let world = world.into();
-        let index = Index::open(&cfg.data)?;
-        if cfg.global_batch == 0 || cfg.workers == 0 || cfg.lookahead == 0 {
-            return Err(ExecError::Invalid("global batch, workers and lookahead must be at least 1".into()));
-        }
-        let (rank, ranks) = (world.get().rank(), world.get().size());
-        let mut ids = Vec::with_capacity(index.len());
-        for i in 0..index.len() {
-            let d = index.get(i)?;
-            if d.status != crate::descriptor::Status::DuplicateId {
-                ids.push(d.id);
-            }
-        }
-        if ids.is_empty() {
-            return Err(ExecError::Invalid(format!(
-                "{} holds no samples; run `datahelix index` on a dataset",
-                cfg.data.display()
-            )));
-        }
+        Loader::open(world.into(), cfg, None)
+    }
+
+    /// [`Loader::new`] continuing a run from its [`Loader::state`]: the first batch delivered is
+    /// `state.next_step`'s, and every global batch is the one a run that never stopped delivers
+    /// (at any world size). A state of another dataset, seed, global batch or protocol is refused,
+    /// naming the field. Collective.
+    pub fn resume(
+        world: impl Into<WorldRef<'w>>,
+        cfg: LoaderConfig,
+        state: &LoaderState,
+    ) -> Result<Loader<'w>, ExecError> {
+        Loader::open(world.into(), cfg, Some(state))
+    }
+
+    fn open(
+        world: WorldRef<'w>,
+        cfg: LoaderConfig,
+        resume: Option<&LoaderState>,
+    ) -> Result<Loader<'w>, ExecError> {
+        let rank = world.get().rank();
+        // Every rank reaches the fingerprint's all-gather, also one whose dataset or state is
+        // unusable: the others then stop at once too, instead of waiting for it in a collective.
+        let opened = Self::open_dataset(&cfg, resume);
+        let mine = match &opened {
+            Ok(ds) => Fingerprint::of(&JobFacts {
+                manifest_sha256: ds.index.manifest_sha256(),
+                index_sha256: ds.index_sha256,
+                samples: ds.dataset.samples,
+                params: cfg.params,
+                policy: cfg.policy.name(),
+                global_batch: cfg.global_batch as u64,
+                seed: cfg.seed,
+                workers: cfg.workers as u64,
+                lookahead: cfg.lookahead as u64,
+                steps: cfg.steps,
+                first_step: ds.first_step,
+                formula: cfg.token_formula.name(),
+                check_plan: cfg.check_plan,
+                split_above_s: cfg.split_above_s,
+            }),
+            Err(_) => Fingerprint::unready(),
+        };
+        let verdict = fingerprint::check_same_job(world.get(), &mine);
+        let ds = opened?;
+        verdict.map_err(|e| ExecError::Invalid(format!("rank {rank}: {e}")))?;
+        let OpenedDataset { index, ids, dataset, first_step, .. } = ds;
+        let ranks = world.get().size();
         let workers_here = workers_of(rank, ranks, cfg.workers);
         let cores = if cfg.cores > 0.0 {
             cfg.cores
@@ -377,8 +472,11 @@ impl<'w> Loader<'w> {
         let plan_dump = std::env::var_os("DATAHELIX_PLAN_DUMP").map(PathBuf::from);
         let mut agreed = Agreed::new(cfg.agreed(ranks), &ids, ranks);
         agreed.keep_inputs(rank == 0 && plan_dump.is_some());
+        let mut engine = Engine::new(rank, ranks, workers_here, worker_millicores);
+        engine.start_at(first_step).map_err(ExecError::Step)?;
         Ok(Loader {
-            engine: Engine::new(rank, ranks, workers_here, worker_millicores),
+            engine,
+            dataset,
             agreed,
             pool,
             group,
@@ -394,6 +492,18 @@ impl<'w> Loader<'w> {
             spans: Vec::new(),
             world,
         })
+    }
+
+    /// Where the run stands, to [`Loader::resume`] it: the next step is the one after the batch
+    /// delivered last (checkpoint it with the model after that step's optimizer update).
+    pub fn state(&self) -> LoaderState {
+        LoaderState::new(
+            self.cfg.seed,
+            self.engine.next_step(),
+            self.cfg.policy.name(),
+            self.cfg.global_batch as u64,
+            self.dataset.clone(),
+        )
     }
 
     /// The collectives the loader runs on (also the caller's to use between loader calls).

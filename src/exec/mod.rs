@@ -5,4 +5,6 @@
 pub mod cgroup;
 pub mod emulated;
 pub mod exchange;
+pub mod fingerprint;
 pub mod loader;
+pub mod state;

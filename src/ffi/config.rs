@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::{dh_result, ffi_boundary, str_arg, Error};
 use crate::comm;
 use crate::exec::loader::LoaderConfig;
+use crate::exec::state::LoaderState;
 
 /// How to load: an opaque, owned configuration. Create it with `dh_config_new` or
 /// `dh_config_from_file`, change it with `dh_config_set`, free it with `dh_config_free`.
@@ -16,6 +17,8 @@ pub struct dh_config {
     pub(crate) loader: LoaderConfig,
     pub(crate) comm: comm::Config,
     pub(crate) warmup: u64,
+    /// The state to continue from (`resume` / `resume_file`).
+    pub(crate) resume: Option<LoaderState>,
 }
 
 /// The keys of `dh_config_set` and of configuration files.
@@ -37,6 +40,8 @@ pub(crate) const KEYS: &[&str] = &[
     "max_frames",
     "max_pixels",
     "collective_timeout_s",
+    "resume",
+    "resume_file",
 ];
 
 fn invalid(key: &str, value: &str, what: &str) -> Error {
@@ -55,13 +60,21 @@ fn boolean(key: &str, value: &str) -> Result<bool, Error> {
     }
 }
 
+/// A long value cut for an error message.
+fn abbreviated(value: &str) -> String {
+    match value.char_indices().nth(60) {
+        Some((at, _)) => format!("{}…", &value[..at]),
+        None => value.to_string(),
+    }
+}
+
 impl dh_config {
     /// Defaults: no dataset yet, policy helix, G = 16, W = 4, 2 steps ahead, no step limit,
     /// collective watchdog from `DATAHELIX_COLLECTIVE_TIMEOUT` (else 300 s).
     pub(crate) fn defaults() -> Result<dh_config, Error> {
         let comm = comm::Config::from_env()
             .map_err(|e| Error::new(dh_result::DH_INVALID_PARAMETER, e.to_string()))?;
-        Ok(dh_config { loader: LoaderConfig::new(PathBuf::new()), comm, warmup: 0 })
+        Ok(dh_config { loader: LoaderConfig::new(PathBuf::new()), comm, warmup: 0, resume: None })
     }
 
     /// Sets one key from its text form.
@@ -110,6 +123,17 @@ impl dh_config {
                     return Err(invalid(key, value, "expected a positive number of seconds"));
                 }
                 self.comm.timeout = Duration::from_secs_f64(s);
+            }
+            "resume" => {
+                let state =
+                    LoaderState::from_json(value).map_err(|e| invalid(key, &abbreviated(value), &e))?;
+                self.resume = Some(state);
+            }
+            "resume_file" => {
+                let state = LoaderState::read(std::path::Path::new(value)).map_err(|e| {
+                    Error::new(dh_result::DH_INVALID_PARAMETER, format!("configuration key {key:?}: {e}"))
+                })?;
+                self.resume = Some(state);
             }
             _ => {
                 return Err(Error::new(
@@ -199,7 +223,10 @@ pub extern "C" fn dh_config_from_file(path: *const c_char, config_out: *mut *mut
 /// `check_plan` (`true`/`false`), `split_above_s` (placement policies: decode every sample
 /// predicted longer than this many seconds in pieces), `max_frames`, `max_pixels`,
 /// `collective_timeout_s` (the
-/// collectives' watchdog, see `dh_loader_next`). Fails with `DH_NULL_PARAMETER`,
+/// collectives' watchdog, see `dh_loader_next`), `resume` (a state document from
+/// `dh_loader_state`: the loader continues that run; checked here, and against the dataset by
+/// `dh_loader_new`) or `resume_file` (a file holding one, e.g. from `datahelix train
+/// --save-state`). Fails with `DH_NULL_PARAMETER`,
 /// `DH_UNKNOWN_KEY` (the message names the key and lists the known ones) or
 /// `DH_INVALID_PARAMETER` (the message names the key and the expected value); the configuration
 /// is unchanged then. Not thread-safe for one configuration.
@@ -252,5 +279,11 @@ mod tests {
         assert_eq!(c.set_toml("x = [1]", "t").unwrap_err().code, dh_result::DH_PARSE);
         assert_eq!(c.set_toml("bogus = 1", "t").unwrap_err().code, dh_result::DH_UNKNOWN_KEY);
         assert_eq!(c.set_toml("= =", "t").unwrap_err().code, dh_result::DH_PARSE);
+        let e = c.set("resume", "{\"format\": \"datahelix-loader-state\"").unwrap_err();
+        assert_eq!(e.code, dh_result::DH_INVALID_PARAMETER);
+        assert!(e.message.contains("truncated"), "{}", e.message);
+        assert!(c.resume.is_none());
+        let e = c.set("resume_file", "/nonexistent/state.json").unwrap_err();
+        assert!(e.message.contains("/nonexistent/state.json"), "{}", e.message);
     }
 }

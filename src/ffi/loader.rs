@@ -4,13 +4,15 @@
 //! its decode workers before it). The step sequence is the loader's own ([`Loader::train_step`],
 //! `dh_loader_step`); the functions here only check arguments, map errors and keep metrics.
 
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::config::dh_config;
 use super::{dh_result, ffi_boundary, Error};
 use crate::collective::ReduceOp;
+use crate::comm::mpi::raw::RawComm;
+use crate::comm::mpi::{CallerComm, MpiWorld};
 use crate::comm::{self, World};
 use crate::exec::loader::{Accelerator, Batch, Counters, ExecError, Loader};
 use crate::metrics::{summarize, RankStep};
@@ -160,7 +162,8 @@ fn exec_error(e: ExecError) -> Error {
     Error::new(code, e.to_string())
 }
 
-fn open_loader(config: &dh_config) -> Result<dh_loader, Error> {
+/// Opens a loader on `MPI_COMM_WORLD` (`comm` None) or on the caller's communicator.
+fn open_loader(config: &dh_config, comm: Option<CallerComm>) -> Result<dh_loader, Error> {
     let cfg = config.loader.clone();
     if cfg.data.as_os_str().is_empty() {
         return Err(Error::new(
@@ -171,14 +174,25 @@ fn open_loader(config: &dh_config) -> Result<dh_loader, Error> {
     // Checked before MPI is touched, so that a missing dataset leaves MPI as it was.
     crate::index::Index::open(&cfg.data)
         .map_err(|e| Error::new(dh_result::DH_INDEX, format!("{}: {e}", cfg.data.display())))?;
-    ensure_mpi()?;
-    let world = comm::init(config.comm.clone())
-        .map_err(|e| Error::new(dh_result::DH_MPI_INIT, format!("cannot start MPI: {e}")))?;
+    let world = match comm {
+        None => {
+            ensure_mpi()?;
+            comm::init(config.comm.clone())
+                .map_err(|e| Error::new(dh_result::DH_MPI_INIT, format!("cannot start MPI: {e}")))?
+        }
+        Some(c) => World::Mpi(MpiWorld::with_comm(config.comm.clone(), &c).map_err(|e| {
+            Error::new(dh_result::DH_MPI_INIT, format!("cannot use the communicator passed: {e}"))
+        })?),
+    };
     let mpi = matches!(world, World::Mpi(_));
     let (rank, size) = (world.collective().rank(), world.collective().size());
     let cores = cfg.cores;
     let steps = cfg.steps;
-    let loader = Loader::new(world, cfg).map_err(exec_error)?;
+    let loader = match &config.resume {
+        Some(state) => Loader::resume(world, cfg, state),
+        None => Loader::new(world, cfg),
+    }
+    .map_err(exec_error)?;
     Ok(dh_loader {
         state: State::Open(Box::new(loader)),
         rank,
@@ -192,7 +206,8 @@ fn open_loader(config: &dh_config) -> Result<dh_loader, Error> {
         } else {
             std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
         },
-        delivered: 0,
+        // Steps count globally: a resumed loader has delivered those before its state's next.
+        delivered: config.resume.as_ref().map_or(0, |s| s.next_step),
         t0: Instant::now(),
         history: Vec::new(),
         unreported: false,
@@ -377,16 +392,22 @@ pub extern "C" fn dh_loader_new(config: *const dh_config, loader_out: *mut *mut 
         if loader_out.is_null() {
             return Err(Error::null("loader_out"));
         }
-        let loader = Box::new(open_loader(config)?);
+        let loader = Box::new(open_loader(config, None)?);
         // SAFETY: loader_out is not NULL and points to writable storage for one pointer.
         unsafe { *loader_out = Box::into_raw(loader) };
         Ok(())
     })
 }
 
-/// Creates a loader on a communicator the caller passes (`comm` points to the caller's
-/// `MPI_Comm`). **Not supported yet**: after checking its arguments for NULL it returns
-/// `DH_UNSUPPORTED` and writes nothing. Use `dh_loader_new` (`MPI_COMM_WORLD`).
+/// Creates this rank's loader on a communicator the caller owns: `comm` points to the caller's
+/// `MPI_Comm` (e.g. `&dp_comm`, a data-parallel group from `MPI_Comm_split`). The library
+/// duplicates it (`MPI_Comm_dup`, so the caller's traffic on it never mixes with the loader's)
+/// and never frees it; the loader's ranks are the communicator's. MPI must be initialised by the
+/// caller (and is never finalised here: free every loader before `MPI_Finalize`).
+/// **Collective** over `comm`: every rank of it calls this with the same configuration. Several
+/// loaders on disjoint communicators run at once in one job. Fails as `dh_loader_new`, and with
+/// `DH_MPI_INIT` when MPI is not initialised, or `*comm` is `MPI_COMM_NULL` or an
+/// inter-communicator; nothing is written then.
 #[no_mangle]
 pub extern "C" fn dh_loader_new_with_comm(
     config: *const dh_config,
@@ -394,19 +415,65 @@ pub extern "C" fn dh_loader_new_with_comm(
     loader_out: *mut *mut dh_loader,
 ) -> dh_result {
     ffi_boundary!({
-        if config.is_null() {
-            return Err(Error::null("config"));
-        }
+        // SAFETY: config is NULL or a live configuration (header contract), only read here.
+        let config = unsafe { config.as_ref() }.ok_or_else(|| Error::null("config"))?;
         if comm.is_null() {
             return Err(Error::null("comm"));
         }
         if loader_out.is_null() {
             return Err(Error::null("loader_out"));
         }
-        Err(Error::new(
-            dh_result::DH_UNSUPPORTED,
-            "loaders on a caller's communicator are not supported yet; use dh_loader_new (MPI_COMM_WORLD)",
-        ))
+        if !::mpi::environment::is_initialized() || ::mpi::environment::is_finalized() {
+            return Err(Error::new(
+                dh_result::DH_MPI_INIT,
+                "MPI is not initialised (or already finalised): call MPI_Init before passing a communicator",
+            ));
+        }
+        // SAFETY: comm points to the caller's MPI_Comm (header contract), read once here; MPI is
+        // initialised (checked above), and the handle is one of this process's communicators
+        // or MPI_COMM_NULL (which dup_caller refuses).
+        let caller = unsafe { CallerComm::new(comm.cast::<RawComm>().read()) };
+        let loader = Box::new(open_loader(config, Some(caller))?);
+        // SAFETY: loader_out is not NULL and points to writable storage for one pointer.
+        unsafe { *loader_out = Box::into_raw(loader) };
+        Ok(())
+    })
+}
+
+/// Copies the loader's state — where the run stands, a JSON document of a few hundred bytes —
+/// into `buf` (truncated to `len - 1` bytes and NUL-terminated when `len > 0`; nothing is written
+/// when `buf` is NULL or `len` is 0) and writes the length the whole document needs, NUL
+/// included, to `*needed_out`. Save it with the model's checkpoint after a step's update; a new
+/// loader continues from it with the configuration key `resume`: its first batch is the step
+/// after the one delivered last, and every global batch is the one an uninterrupted run delivers
+/// (at any world size). Not collective. Fails with `DH_NULL_PARAMETER` or `DH_CLOSED`.
+#[no_mangle]
+pub extern "C" fn dh_loader_state(
+    loader: *mut dh_loader,
+    buf: *mut c_char,
+    len: usize,
+    needed_out: *mut usize,
+) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
+        let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
+        if needed_out.is_null() {
+            return Err(Error::null("needed_out"));
+        }
+        let text = loader.open()?.state().to_json();
+        let bytes = text.as_bytes();
+        if !buf.is_null() && len > 0 {
+            let n = bytes.len().min(len - 1);
+            // SAFETY: the caller promises buf holds len writable bytes; n + 1 <= len, and the
+            // source is a distinct Rust allocation.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
+                *buf.add(n) = 0;
+            }
+        }
+        // SAFETY: needed_out is not NULL and points to writable size_t storage.
+        unsafe { *needed_out = bytes.len() + 1 };
+        Ok(())
     })
 }
 

@@ -155,6 +155,24 @@ impl Index {
         self
     }
 
+    /// SHA-256 of what the index says about the dataset: every descriptor and path, in order,
+    /// without the files' modification times (and not the header, which holds the manifest's):
+    /// equal for one dataset indexed in two places, different when any sample differs.
+    pub fn content_sha256(&self) -> Result<[u8; 32], IndexError> {
+        use crate::descriptor::record::{encode, PathRef, RECORD_BYTES};
+        let mut h = Sha256::new();
+        let mut buf = [0u8; RECORD_BYTES];
+        for i in 0..self.len {
+            let mut d = self.get(i)?;
+            d.mtime_ns = 0;
+            let path = self.path(i)?;
+            encode(&d, PathRef { offset: 0, len: path.len() as u32 }, &mut buf);
+            h.update(buf);
+            h.update(path.as_bytes());
+        }
+        Ok(h.finalize().into())
+    }
+
     /// The dataset folder.
     pub fn dir(&self) -> &Path {
         &self.dir

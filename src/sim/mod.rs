@@ -400,6 +400,8 @@ pub struct DataRun {
     pub profile: Profile,
     /// Per-step hand-over overhead, seconds.
     pub overhead_s: f64,
+    /// Factor on every calibrated decode time.
+    pub decode_scale: f64,
 }
 
 /// Simulates a `datahelix train` run on an indexed dataset folder.
@@ -416,7 +418,11 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
     let decode_s = descriptors
         .iter()
         .map(|d| if d.status.is_ok() { cal.decode_s(d, &params, run.seed) } else { Ok(0.0) })
+        .map(|s| s.map(|s| s * run.decode_scale))
         .collect::<Result<Vec<f64>, String>>()?;
+    if !(run.decode_scale.is_finite() && run.decode_scale > 0.0) {
+        return Err(format!("decode scale {} must be a positive number", run.decode_scale));
+    }
     let r = run.ranks.max(1);
     let workers: Vec<u32> =
         (0..r).map(|q| (run.workers / r + usize::from(q < run.workers % r)).max(1) as u32).collect();

@@ -162,6 +162,16 @@ impl Engine {
         }
     }
 
+    /// Starts the run at `step` instead of 0 (a resumed run: the steps before were delivered by
+    /// an earlier one). Only before the first call.
+    pub fn start_at(&mut self, step: u64) -> Result<(), StepError> {
+        if self.collectives > 0 || self.busy() || self.next_step != 0 {
+            return Err(protocol(format!("rank {}: start_at({step}) after the run began", self.rank)));
+        }
+        self.next_step = step;
+        Ok(())
+    }
+
     /// This rank.
     pub fn rank(&self) -> usize {
         self.rank

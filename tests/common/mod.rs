@@ -77,6 +77,14 @@ pub fn dataset(name: &str) -> PathBuf {
     out
 }
 
+/// The dataset of `scripts/specs/NAME.json` ([`dataset`]), indexed (once per test binary).
+pub fn indexed(name: &str) -> PathBuf {
+    let dir = dataset(name);
+    let o = run(datahelix().arg("index").arg(&dir));
+    assert!(o.status.success(), "index {name} failed: {}", String::from_utf8_lossy(&o.stderr));
+    dir
+}
+
 /// The tiny dataset (12 samples: h264/mpeg4 in mp4/mkv, jpeg, png), indexed.
 pub fn tiny_dataset() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();

@@ -118,6 +118,7 @@ def load_library(path=None):
         "dh_loader_step": ([P, ctypes.POINTER(Accelerator), pp], res),
         "dh_loader_all_reduce_sum": ([P, ctypes.POINTER(ctypes.c_double), sz], res),
         "dh_loader_metrics": ([P, ctypes.POINTER(Metrics)], res),
+        "dh_loader_state": ([P, ctypes.c_char_p, sz, ctypes.POINTER(sz)], res),
         "dh_loader_close": ([P], res),
         "dh_loader_free": ([P], None),
         "dh_batch_step": ([P, ctypes.POINTER(u64)], res),
@@ -302,6 +303,15 @@ class Loader:
         ptr = values.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
         _check(self._lib, "dh_loader_all_reduce_sum", self._lib.dh_loader_all_reduce_sum(self._handle, ptr, values.size))
         return values
+
+    def state(self):
+        """Where the run stands (a JSON text): save it with the model's checkpoint; a new
+        ``Loader(resume=text, ...)`` continues with the next step's global batch."""
+        needed = ctypes.c_size_t()
+        _check(self._lib, "dh_loader_state", self._lib.dh_loader_state(self._handle, None, 0, ctypes.byref(needed)))
+        buf = ctypes.create_string_buffer(needed.value)
+        _check(self._lib, "dh_loader_state", self._lib.dh_loader_state(self._handle, buf, needed.value, ctypes.byref(needed)))
+        return buf.value.decode()
 
     def metrics(self):
         m = Metrics()

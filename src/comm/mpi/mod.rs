@@ -28,10 +28,21 @@ use crate::comm::{Config, EXIT_ABORTED};
 
 pub mod raw;
 
+pub use raw::{CallerComm, CallerCommError};
 use raw::{MpiError, OwnedComm, Pending};
 
-/// How long a collective polls without giving the core away.
-const SPIN_BEFORE_YIELD: Duration = Duration::from_millis(50);
+/// How long a collective polls without giving the core away: long enough for its own bytes to
+/// move at [`SPIN_BYTES_PER_S`] (a transfer in flight needs the poll calls: they drive MPI's
+/// progress engine), plus [`SPIN_MIN`]; at most [`SPIN_MAX`]. Past that the rank is waiting for a
+/// slower peer, and polls between pauses instead.
+fn spin_for(bytes: usize) -> Duration {
+    (SPIN_MIN + Duration::from_secs_f64(bytes as f64 / SPIN_BYTES_PER_S)).min(SPIN_MAX)
+}
+const SPIN_MIN: Duration = Duration::from_millis(2);
+const SPIN_MAX: Duration = Duration::from_millis(50);
+/// Below the shared-memory bandwidth measured on a 2-core host (2.4–2.5 GB/s at 1–16 MiB per
+/// peer, `datahelix perf alltoallv`), so that a transfer at full speed finishes while spinning.
+const SPIN_BYTES_PER_S: f64 = 1.0e9;
 /// Pause between poll rounds of a longer wait (a rank waiting for a slower peer).
 const LONG_WAIT_PAUSE: Duration = Duration::from_micros(200);
 
@@ -54,6 +65,9 @@ pub enum InitError {
     /// An MPI call during set-up failed.
     #[error("MPI set-up: {0}")]
     Mpi(#[from] MpiError),
+    /// The caller's communicator cannot be used.
+    #[error("the caller's communicator: {0}")]
+    Comm(#[from] CallerCommError),
 }
 
 /// A world of MPI ranks. Use from one thread. Dropping it runs a watched barrier (so that a rank
@@ -102,6 +116,42 @@ impl MpiWorld {
         })
     }
 
+    /// A world over a communicator the caller owns, in a process where the caller initialised
+    /// MPI: the world's two communicators (collectives, watchdog) are duplicates of it, so the
+    /// caller's traffic on its own never mixes with the loader's. The caller's communicator is
+    /// never freed here and MPI never finalised. Collective over `comm` (`MPI_Comm_dup`).
+    ///
+    /// ```no_run
+    /// use datahelix::comm::mpi::{CallerComm, MpiWorld};
+    /// use mpi::topology::Communicator;
+    ///
+    /// let universe = mpi::initialize().unwrap();
+    /// let world = universe.world();
+    /// // Data-parallel groups of 2 ranks: a loader per group.
+    /// let group = world.split_by_color(mpi::topology::Color::with_value(world.rank() / 2)).unwrap();
+    /// let dp = MpiWorld::with_comm(Default::default(), &CallerComm::of_rsmpi(&group)).unwrap();
+    /// ```
+    pub fn with_comm(config: Config, comm: &CallerComm) -> std::result::Result<Self, InitError> {
+        if !mpi::environment::is_initialized() || mpi::environment::is_finalized() {
+            return Err(InitError::Init);
+        }
+        let data = OwnedComm::dup_caller(comm)?;
+        let ctl = OwnedComm::dup_caller(comm)?;
+        if config.report_sigterm {
+            watchdog::install_sigterm_reporter();
+        }
+        Ok(MpiWorld {
+            data,
+            ctl,
+            config,
+            seq: Cell::new(0),
+            step: Cell::new(None),
+            parked: RefCell::new(Vec::new()),
+            closed: Cell::new(false),
+            _universe: None,
+        })
+    }
+
     /// The settings in force.
     pub fn config(&self) -> &Config {
         &self.config
@@ -127,7 +177,7 @@ impl MpiWorld {
     /// Runs the closing barrier now and reports its failure, instead of at drop.
     pub fn close(self) -> Result<()> {
         self.closed.set(true);
-        self.run(CollectiveOp::Finalize, |c| c.ibarrier().map(|p| (p, None)))
+        self.run(CollectiveOp::Finalize, 0, |c| c.ibarrier().map(|p| (p, None)))
     }
 
     fn enter(&self, op: CollectiveOp) -> Site {
@@ -146,10 +196,11 @@ impl MpiWorld {
     fn run<'b>(
         &self,
         op: CollectiveOp,
+        bytes: usize,
         start: impl FnOnce(&OwnedComm) -> std::result::Result<(Pending<'b>, Option<Vec<usize>>), MpiError>,
     ) -> Result<()> {
         let site = self.enter(op);
-        let r = self.run_at(site, start);
+        let r = self.run_at(site, bytes, start);
         watchdog::note_leave();
         r
     }
@@ -157,16 +208,19 @@ impl MpiWorld {
     fn run_at<'b>(
         &self,
         site: Site,
+        bytes: usize,
         start: impl FnOnce(&OwnedComm) -> std::result::Result<(Pending<'b>, Option<Vec<usize>>), MpiError>,
     ) -> Result<()> {
         let (mut pending, peer_of) = start(&self.data).map_err(|e| Self::backend_err(site, e))?;
-        self.wait(site, &mut pending, peer_of.as_deref());
+        self.wait(site, bytes, &mut pending, peer_of.as_deref());
         Ok(())
     }
 
-    /// Polls `pending` until it completes; on timeout or failure reports and aborts the job.
-    fn wait(&self, site: Site, pending: &mut Pending<'_>, peer_of: Option<&[usize]>) {
+    /// Polls `pending`, which moves `bytes` in and out of this rank, until it completes; on
+    /// timeout or failure reports and aborts the job.
+    fn wait(&self, site: Site, bytes: usize, pending: &mut Pending<'_>, peer_of: Option<&[usize]>) {
         let start = Instant::now();
+        let spin = spin_for(bytes);
         let deadline = start + self.config.timeout;
         let mut polls: u32 = 0;
         loop {
@@ -182,12 +236,13 @@ impl MpiWorld {
                 if now >= deadline && self.expire(site, start, pending, peer_of) {
                     return;
                 }
-                // Spin like a blocking MPI call would (MPI_Test drives the progress engine);
-                // a long wait — for a slower peer, e.g. at the gradient sync — sleeps between
-                // poll rounds, so that this node's decode workers get the core: a yield still
-                // spun, and on a node with fewer cores than threads the waiting ranks took CPU
-                // from the decodes the slow rank was waiting for. Costs ≤ 0.2 ms of latency.
-                if now - start > SPIN_BEFORE_YIELD {
+                // Spin like a blocking MPI call would (MPI_Test drives the progress engine)
+                // while this collective's own bytes may still be moving; a longer wait — for a
+                // slower peer, e.g. at the gradient sync — sleeps between poll rounds, so that
+                // this node's decode workers get the core: a yield still spun, and on a node with
+                // fewer cores than threads the waiting ranks took CPU from the decodes the slow
+                // rank was waiting for. Costs ≤ 0.2 ms of latency.
+                if now - start > spin {
                     std::thread::sleep(LONG_WAIT_PAUSE);
                 }
             }
@@ -323,7 +378,8 @@ impl Collective for MpiWorld {
             ));
         }
         if send.len() <= self.config.max_message_bytes && recv.len() <= i32::MAX as usize {
-            return self.run(CollectiveOp::AllGather, |c| c.iallgather(send, recv).map(|p| (p, None)));
+            return self
+                .run(CollectiveOp::AllGather, recv.len(), |c| c.iallgather(send, recv).map(|p| (p, None)));
         }
         let counts = vec![send.len(); n];
         let displs: Vec<usize> = (0..n).map(|r| r * send.len()).collect();
@@ -360,7 +416,7 @@ impl Collective for MpiWorld {
             return Err(e);
         }
         if self.fits(counts, displs) {
-            return self.run(CollectiveOp::AllGatherV, |c| {
+            return self.run(CollectiveOp::AllGatherV, recv.len(), |c| {
                 c.iallgatherv(send, counts, displs, recv).map(|p| (p, None))
             });
         }
@@ -411,7 +467,8 @@ impl Collective for MpiWorld {
             .map(|p| (p, recv_displs[p], recv_counts[p]))
             .collect();
         let max = self.config.max_message_bytes;
-        let r = self.run_at(site, |c| {
+        let bytes = send.len() + recv.len();
+        let r = self.run_at(site, bytes, |c| {
             c.iexchange(bulk_tag(site.op), send, &sends, recv, &recvs, max).map(|(p, o)| (p, Some(o)))
         });
         watchdog::note_leave();
@@ -422,13 +479,14 @@ impl Collective for MpiWorld {
         let chunk = (self.config.max_message_bytes / 8).max(1);
         let site = self.enter(CollectiveOp::AllReduce);
         let mut r = if data.is_empty() {
-            self.run_at(site, |c| c.iallreduce(data, raw_op(op)).map(|p| (p, None)))
+            self.run_at(site, 0, |c| c.iallreduce(data, raw_op(op)).map(|p| (p, None)))
         } else {
             Ok(())
         };
         for part in data.chunks_mut(chunk) {
             if r.is_ok() {
-                r = self.run_at(site, |c| c.iallreduce(part, raw_op(op)).map(|p| (p, None)));
+                r = self
+                    .run_at(site, 2 * 8 * part.len(), |c| c.iallreduce(part, raw_op(op)).map(|p| (p, None)));
             }
         }
         watchdog::note_leave();
@@ -439,13 +497,14 @@ impl Collective for MpiWorld {
         let chunk = (self.config.max_message_bytes / 8).max(1);
         let site = self.enter(CollectiveOp::AllReduce);
         let mut r = if data.is_empty() {
-            self.run_at(site, |c| c.iallreduce(data, raw_op(op)).map(|p| (p, None)))
+            self.run_at(site, 0, |c| c.iallreduce(data, raw_op(op)).map(|p| (p, None)))
         } else {
             Ok(())
         };
         for part in data.chunks_mut(chunk) {
             if r.is_ok() {
-                r = self.run_at(site, |c| c.iallreduce(part, raw_op(op)).map(|p| (p, None)));
+                r = self
+                    .run_at(site, 2 * 8 * part.len(), |c| c.iallreduce(part, raw_op(op)).map(|p| (p, None)));
             }
         }
         watchdog::note_leave();
@@ -460,13 +519,13 @@ impl Collective for MpiWorld {
         }
         let chunk = self.config.max_message_bytes;
         let mut r = if data.is_empty() {
-            self.run_at(site, |c| c.ibcast(root, data).map(|p| (p, None)))
+            self.run_at(site, 0, |c| c.ibcast(root, data).map(|p| (p, None)))
         } else {
             Ok(())
         };
         for part in data.chunks_mut(chunk) {
             if r.is_ok() {
-                r = self.run_at(site, |c| c.ibcast(root, part).map(|p| (p, None)));
+                r = self.run_at(site, part.len(), |c| c.ibcast(root, part).map(|p| (p, None)));
             }
         }
         watchdog::note_leave();
@@ -474,7 +533,7 @@ impl Collective for MpiWorld {
     }
 
     fn barrier(&self) -> Result<()> {
-        self.run(CollectiveOp::Barrier, |c| c.ibarrier().map(|p| (p, None)))
+        self.run(CollectiveOp::Barrier, 0, |c| c.ibarrier().map(|p| (p, None)))
     }
 }
 
@@ -496,7 +555,7 @@ impl MpiWorld {
         let recvs: Vec<(usize, usize, usize)> =
             (0..n).filter(|&p| p != me && counts[p] > 0).map(|p| (p, displs[p], counts[p])).collect();
         let max = self.config.max_message_bytes;
-        self.run_at(site, |c| {
+        self.run_at(site, send.len() * sends.len() + recv.len(), |c| {
             c.iexchange(bulk_tag(site.op), send, &sends, recv, &recvs, max).map(|(p, o)| (p, Some(o)))
         })
     }
@@ -521,7 +580,7 @@ impl Drop for MpiWorld {
         }
         if !self.closed.get() {
             self.closed.set(true);
-            if let Err(e) = self.run(CollectiveOp::Finalize, |c| c.ibarrier().map(|p| (p, None))) {
+            if let Err(e) = self.run(CollectiveOp::Finalize, 0, |c| c.ibarrier().map(|p| (p, None))) {
                 eprintln!("datahelix: {e}");
             }
         }

@@ -23,6 +23,43 @@ use mpi::ffi;
 /// A raw communicator handle (`MPI_Comm`).
 pub type RawComm = ffi::MPI_Comm;
 
+/// A communicator the caller owns and vouches for: the one point where a handle from outside
+/// (C's `MPI_Comm`, an rsmpi communicator) is trusted. [`OwnedComm::dup_caller`] duplicates it;
+/// the caller's handle is never freed here.
+#[derive(Clone, Copy, Debug)]
+pub struct CallerComm(RawComm);
+
+impl CallerComm {
+    /// Trusts `raw`.
+    ///
+    /// # Safety
+    /// MPI is initialised and not finalised, and `raw` is `MPI_COMM_NULL` or a communicator
+    /// handle of this process, valid until [`OwnedComm::dup_caller`] returns.
+    pub unsafe fn new(raw: RawComm) -> CallerComm {
+        CallerComm(raw)
+    }
+
+    /// The communicator of an rsmpi object (valid while it lives; rsmpi exists only while MPI
+    /// is initialised).
+    pub fn of_rsmpi(comm: &impl mpi::raw::AsRaw<Raw = RawComm>) -> CallerComm {
+        CallerComm(comm.as_raw())
+    }
+}
+
+/// What [`OwnedComm::dup_caller`] refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum CallerCommError {
+    /// `MPI_COMM_NULL`.
+    #[error("the communicator is MPI_COMM_NULL (a rank outside the group of an MPI_Comm_split with MPI_UNDEFINED?)")]
+    Null,
+    /// An inter-communicator.
+    #[error("the communicator is an inter-communicator; pass an intra-communicator (MPI_Intercomm_merge)")]
+    Inter,
+    /// MPI rejected it.
+    #[error(transparent)]
+    Mpi(#[from] MpiError),
+}
+
 /// What an MPI error code means, for callers that branch on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -223,10 +260,36 @@ pub struct OwnedComm {
 impl OwnedComm {
     /// Duplicates the world communicator (`MPI_Comm_dup`) and sets `MPI_ERRORS_RETURN` on it.
     pub fn dup_world() -> Result<Self, MpiError> {
+        // SAFETY: MPI is initialised (the caller holds the Universe); MPI_COMM_WORLD is valid.
+        unsafe { Self::dup_of(world()) }
+    }
+
+    /// Duplicates the caller's communicator (`MPI_Comm_dup`; the caller's is never freed here)
+    /// and sets `MPI_ERRORS_RETURN` on the duplicate.
+    pub fn dup_caller(of: &CallerComm) -> Result<Self, CallerCommError> {
+        // SAFETY: CallerComm::new's contract: MPI is up and the handle is valid or null.
+        if of.0 == unsafe { ffi::RSMPI_COMM_NULL } {
+            return Err(CallerCommError::Null);
+        }
+        let mut flag: c_int = 0;
+        // SAFETY: a valid communicator (CallerComm's contract); the call writes one int.
+        let ret = unsafe { ffi::MPI_Comm_test_inter(of.0, &mut flag) };
+        check(ret, "MPI_Comm_test_inter")?;
+        if flag != 0 {
+            return Err(CallerCommError::Inter);
+        }
+        // SAFETY: as above.
+        Ok(unsafe { Self::dup_of(of.0) }?)
+    }
+
+    /// # Safety
+    /// MPI is initialised and not finalised, and `of` is a valid intra-communicator handle of this
+    /// process (not `MPI_COMM_NULL`).
+    unsafe fn dup_of(of: RawComm) -> Result<Self, MpiError> {
         let mut raw = std::mem::MaybeUninit::<RawComm>::uninit();
-        // SAFETY: MPI is initialised (the caller holds the Universe); MPI_Comm_dup writes the new
+        // SAFETY: the caller guarantees MPI is up and `of` is valid; MPI_Comm_dup writes the new
         // handle into raw on success, which check() confirms before raw is read.
-        let ret = unsafe { ffi::MPI_Comm_dup(world(), raw.as_mut_ptr()) };
+        let ret = unsafe { ffi::MPI_Comm_dup(of, raw.as_mut_ptr()) };
         check(ret, "MPI_Comm_dup")?;
         // SAFETY: initialised by the successful MPI_Comm_dup above.
         let raw = unsafe { raw.assume_init() };

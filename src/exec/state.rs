@@ -1,0 +1,259 @@
+//! A loader's resumable state: a small versioned JSON document that says where a run stands.
+//!
+//! ```
+//! use datahelix::exec::state::{DatasetId, LoaderState};
+//!
+//! let dataset = DatasetId { samples: 120, manifest_sha256: "ab".repeat(32), index_sha256: "cd".repeat(32) };
+//! let state = LoaderState::new(42, 17, "helix", 16, dataset.clone());
+//! assert_eq!(state.epoch, 2); // positions 17·16 = 272 of 120 samples: epoch 2
+//! let text = state.to_json();
+//! let back = LoaderState::from_json(&text).unwrap();
+//! assert_eq!(back, state);
+//! // A state whose fields were edited no longer matches its checksum.
+//! assert!(LoaderState::from_json(&text.replace("\"next_step\": 17", "\"next_step\": 18")).is_err());
+//! // Resuming checks the state against the job at hand.
+//! assert!(back.check_against(42, 16, &dataset).is_ok());
+//! assert!(back.check_against(43, 16, &dataset).unwrap_err().contains("seed"));
+//! ```
+//!
+//! The global batch of a step depends only on the dataset's ids, the seed and the step
+//! ([`crate::sampler`]), so the state needs no rank, world size or policy internals to resume the
+//! exact global batches of a run that never stopped; the batches' split across ranks may differ.
+//! What the policies learned (decode and accelerator cost models) is learned again in a few
+//! steps.
+
+use serde::{Deserialize, Serialize};
+
+use crate::sampler::words_hash;
+
+/// The `format` field of every state document.
+pub const FORMAT: &str = "datahelix-loader-state";
+/// The document version this build writes and reads.
+pub const VERSION: u32 = 1;
+
+/// Which dataset a state belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DatasetId {
+    /// Samples the sampler draws from (an epoch's length).
+    pub samples: u64,
+    /// SHA-256 of the manifest, hex.
+    pub manifest_sha256: String,
+    /// SHA-256 of the index's records, ids and paths, hex ([`crate::index::Index::content_sha256`]).
+    pub index_sha256: String,
+}
+
+/// Where a run stands: the next step to deliver, and what it must be resumed with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoaderState {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// Document version ([`VERSION`]).
+    pub version: u32,
+    /// The sampler's protocol version ([`crate::sampler::PROTOCOL`]).
+    pub protocol: String,
+    /// The build that wrote it (informational: a resumed run may run a newer build).
+    pub build: String,
+    /// Sampler seed.
+    pub seed: u64,
+    /// The first step a resumed run delivers (global numbering).
+    pub next_step: u64,
+    /// The epoch `next_step`'s first position lies in.
+    pub epoch: u64,
+    /// The policy that wrote it (a resumed run may use another: the global batches are the same).
+    pub policy: String,
+    /// Samples per global batch.
+    pub global_batch: u64,
+    /// The dataset's samples (an epoch's length).
+    pub samples: u64,
+    /// SHA-256 of the dataset's manifest, hex.
+    pub manifest_sha256: String,
+    /// SHA-256 of the dataset's index content, hex.
+    pub index_sha256: String,
+    /// [`words_hash`] of the document without this field, hex: catches edits and damage.
+    pub checksum: String,
+}
+
+impl LoaderState {
+    /// The state of a run whose next step is `next_step`.
+    pub fn new(
+        seed: u64,
+        next_step: u64,
+        policy: &str,
+        global_batch: u64,
+        dataset: DatasetId,
+    ) -> LoaderState {
+        let epoch = next_step.saturating_mul(global_batch).checked_div(dataset.samples).unwrap_or(0);
+        let DatasetId { samples, manifest_sha256, index_sha256 } = dataset;
+        let mut s = LoaderState {
+            format: FORMAT.into(),
+            version: VERSION,
+            protocol: crate::sampler::PROTOCOL.into(),
+            build: super::fingerprint::build_id(),
+            seed,
+            next_step,
+            epoch,
+            policy: policy.into(),
+            global_batch,
+            samples,
+            manifest_sha256,
+            index_sha256,
+            checksum: String::new(),
+        };
+        s.checksum = s.expected_checksum();
+        s
+    }
+
+    fn expected_checksum(&self) -> String {
+        let mut unsigned = self.clone();
+        unsigned.checksum = String::new();
+        let bytes = serde_json::to_vec(&unsigned).expect("a state serialises");
+        format!("{:016x}", words_hash(&bytes))
+    }
+
+    /// The document, pretty-printed JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a state serialises") + "\n"
+    }
+
+    /// Reads a document, refusing one that is malformed, truncated, of another format or
+    /// version, inconsistent, or edited since it was written (the checksum).
+    pub fn from_json(text: &str) -> Result<LoaderState, String> {
+        let value: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| format!("not a loader state (malformed or truncated JSON: {e})"))?;
+        if value.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
+            return Err(format!("not a loader state (its \"format\" is not \"{FORMAT}\")"));
+        }
+        match value.get("version").and_then(|v| v.as_u64()) {
+            Some(v) if v == VERSION as u64 => {}
+            v => {
+                return Err(format!(
+                    "a loader state of version {}, this build reads version {VERSION}",
+                    v.map_or("?".into(), |v| v.to_string())
+                ))
+            }
+        }
+        let s: LoaderState =
+            serde_json::from_value(value).map_err(|e| format!("not a valid loader state: {e}"))?;
+        if s.checksum != s.expected_checksum() {
+            return Err("the loader state was changed after it was written (its checksum does not match); \
+                 use the file the run wrote"
+                .into());
+        }
+        let epoch = s.next_step.saturating_mul(s.global_batch).checked_div(s.samples).unwrap_or(0);
+        if s.global_batch == 0 || s.samples == 0 || s.epoch != epoch {
+            return Err(format!(
+                "the loader state is inconsistent (global batch {}, {} samples, epoch {} for step {})",
+                s.global_batch, s.samples, s.epoch, s.next_step
+            ));
+        }
+        Ok(s)
+    }
+
+    /// Reads a state file; the error names the file.
+    pub fn read(path: &std::path::Path) -> Result<LoaderState, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the loader state {}: {e}", path.display()))?;
+        LoaderState::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Writes the state to `path` (through a temporary file and a rename: a crash leaves the old
+    /// file or the new one, never half of one).
+    pub fn write(&self, path: &std::path::Path) -> Result<(), String> {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, self.to_json())
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| format!("cannot write the loader state {}: {e}", path.display()))
+    }
+
+    /// `Ok` when a job of `seed`, `global_batch` over `dataset` can continue from this state;
+    /// else which field differs, with both values.
+    pub fn check_against(&self, seed: u64, global_batch: u64, dataset: &DatasetId) -> Result<(), String> {
+        let mut differ = Vec::new();
+        if self.protocol != crate::sampler::PROTOCOL {
+            differ.push(format!(
+                "protocol: state {}, this build {}",
+                self.protocol,
+                crate::sampler::PROTOCOL
+            ));
+        }
+        if self.seed != seed {
+            differ.push(format!("seed: state {}, this run {seed}", self.seed));
+        }
+        if self.global_batch != global_batch {
+            differ.push(format!("global_batch: state {}, this run {global_batch}", self.global_batch));
+        }
+        if self.samples != dataset.samples {
+            differ.push(format!("samples: state {}, this dataset {}", self.samples, dataset.samples));
+        }
+        if self.manifest_sha256 != dataset.manifest_sha256 {
+            differ.push(format!(
+                "manifest_sha256: state {}, this dataset {}",
+                self.manifest_sha256, dataset.manifest_sha256
+            ));
+        }
+        if self.index_sha256 != dataset.index_sha256 {
+            differ.push(format!(
+                "index_sha256: state {}, this dataset {}",
+                self.index_sha256, dataset.index_sha256
+            ));
+        }
+        if differ.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the loader state belongs to another run — {}; resume with the dataset, seed and global batch \
+                 it was written with",
+                differ.join("; ")
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dataset() -> DatasetId {
+        DatasetId { samples: 48, manifest_sha256: "0f".repeat(32), index_sha256: "aa".repeat(32) }
+    }
+
+    #[test]
+    fn round_trips_and_computes_the_epoch() {
+        let s = LoaderState::new(7, 6, "rank-local", 16, dataset());
+        assert_eq!(s.epoch, 2);
+        assert_eq!(LoaderState::from_json(&s.to_json()).unwrap(), s);
+        let v: serde_json::Value = serde_json::from_str(&s.to_json()).unwrap();
+        assert!(v["seed"].is_u64(), "the seed is a JSON integer");
+    }
+
+    #[test]
+    fn damaged_foreign_and_edited_documents_are_refused() {
+        let text = LoaderState::new(7, 6, "helix", 16, dataset()).to_json();
+        let truncated = &text[..text.len() / 2];
+        assert!(LoaderState::from_json(truncated).unwrap_err().contains("malformed or truncated"));
+        assert!(LoaderState::from_json("").is_err());
+        assert!(LoaderState::from_json("{\"format\": \"other\"}").unwrap_err().contains("format"));
+        let v2 = text.replace("\"version\": 1", "\"version\": 2");
+        assert!(LoaderState::from_json(&v2).unwrap_err().contains("version 2"));
+        let edited = text.replace("\"seed\": 7", "\"seed\": 8");
+        assert!(LoaderState::from_json(&edited).unwrap_err().contains("checksum"));
+        let extra = text.replacen('{', "{\"unknown\": 1,", 1);
+        assert!(LoaderState::from_json(&extra).is_err());
+    }
+
+    #[test]
+    fn another_dataset_seed_or_batch_names_the_field() {
+        let s = LoaderState::new(7, 6, "helix", 16, dataset());
+        assert!(s.check_against(7, 16, &dataset()).is_ok());
+        let mut other = dataset();
+        other.index_sha256 = "ab".repeat(32);
+        let e = s.check_against(7, 16, &other).unwrap_err();
+        assert!(e.contains("index_sha256: state") && !e.contains("seed: "), "{e}");
+        let e = s.check_against(8, 32, &dataset()).unwrap_err();
+        assert!(
+            e.contains("seed: state 7, this run 8") && e.contains("global_batch: state 16, this run 32"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,97 @@
+//! Loaders on the job's own communicators: `mpirun -np 4` split into two groups of 2 (even and
+//! odd ranks), a loader per group — from Rust (`examples/split_loaders.rs`, an rsmpi
+//! communicator) and from C (`csrc/tests/own_comm.c`, a raw `MPI_Comm`, resuming half-way from
+//! `dh_loader_state`) — each group delivering its own global batches (seed 10 + group) exactly
+//! once, while the job runs collectives of its own across both groups.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use datahelix::sampler::Sampler;
+
+const STEPS: u64 = 6;
+const GLOBAL_BATCH: usize = 8;
+
+fn dataset() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| common::indexed("skewed_small")).clone()
+}
+
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
+fn mpirun(program: &Path, policy: &str) -> String {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cmd = Command::new("mpirun");
+    common::mpi_env(&mut cmd).args(["-np", "4"]).env("DATAHELIX_COLLECTIVE_TIMEOUT", "90");
+    cmd.arg(program).arg(dataset()).args([policy, &STEPS.to_string(), &GLOBAL_BATCH.to_string()]);
+    let o = common::run_limited(&mut cmd, Duration::from_secs(300));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{} {policy} failed ({}):\n{out}\n{}",
+        program.display(),
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+/// Each group's batch of each step is its own sampler's global batch, exactly once.
+fn assert_groups_exactly_once(out: &str, what: &str) {
+    let ids = common::manifest_ids(&dataset());
+    for group in 0..2u64 {
+        let sampler = Sampler::new(&ids, 10 + group);
+        for step in 0..STEPS {
+            let mut got: Vec<u64> = Vec::new();
+            let mut ranks = 0;
+            for l in out.lines() {
+                let f: Vec<&str> = l.split(' ').collect();
+                if f.len() >= 6 && f[0] == "ids" && f[1] == group.to_string() && f[2] == step.to_string() {
+                    ranks += 1;
+                    for list in [f[4], f[6..].join("").as_str()] {
+                        got.extend(
+                            list.split(',').filter(|s| !s.is_empty()).map(|s| s.parse::<u64>().unwrap()),
+                        );
+                    }
+                }
+            }
+            assert_eq!(
+                ranks, 2,
+                "{what}: group {group} step {step}: one line per rank of the group in\n{out}"
+            );
+            got.sort_unstable();
+            let mut want = sampler.global_batch(step, GLOBAL_BATCH);
+            want.sort_unstable();
+            assert_eq!(got, want, "{what}: group {group} step {step}");
+        }
+    }
+    for rank in 0..4 {
+        assert!(out.lines().any(|l| l == format!("ok {rank}")), "{what}: rank {rank} did not finish:\n{out}");
+    }
+}
+
+#[test]
+fn two_loaders_on_a_split_communicator_from_rust() {
+    let example = target_dir().join("examples/split_loaders");
+    assert!(example.exists(), "{} not built (cargo test builds examples)", example.display());
+    for policy in ["helix", "rank-local"] {
+        assert_groups_exactly_once(&mpirun(&example, policy), &format!("rust {policy}"));
+    }
+}
+
+#[test]
+fn a_c_program_passes_its_own_mpi_comm_and_resumes_from_the_state() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("own_comm");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("own_comm");
+    common::compile_c("mpicc", &common::repo().join("csrc/tests/own_comm.c"), &target_dir(), &exe);
+    assert_groups_exactly_once(&mpirun(&exe, "helix"), "c helix");
+}

@@ -1,0 +1,206 @@
+//! A run that stops and resumes delivers the global batches of a run that never stopped, under
+//! every policy and at another world size; three epochs visit every sample once each, in new
+//! orders; tampered, foreign, truncated and missing state files are refused before any step.
+//! All under `mpirun` on the skewed small dataset (24 samples, G = 8: an epoch is 3 steps).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use datahelix::sampler::Sampler;
+use serde_json::Value;
+
+const STEPS: u64 = 9;
+const GLOBAL_BATCH: usize = 8;
+const POLICIES: [&str; 6] =
+    ["rank-local", "actor-pool", "post-balance", "helix-batching", "helix-placement", "helix"];
+
+fn dataset() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| common::indexed("skewed_small")).clone()
+}
+
+/// `datahelix train` under `mpirun -np RANKS`; returns the process output.
+fn train(ranks: usize, policy: &str, args: &[&str]) -> Output {
+    // One job at a time: two jobs on two cores would only test the watchdog's patience.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cmd = Command::new("mpirun");
+    common::mpi_env(&mut cmd).args(["-np", &ranks.to_string()]);
+    cmd.env("DATAHELIX_COLLECTIVE_TIMEOUT", "60");
+    cmd.arg(env!("CARGO_BIN_EXE_datahelix")).args(["train", "--data"]).arg(dataset());
+    cmd.args(["--policy", policy, "--global-batch", &GLOBAL_BATCH.to_string(), "--workers", "4"]);
+    cmd.args(["--warmup", "0", "--profile", "0.03,2e-6,0,0.05", "--no-cpu-budget"]).args(args);
+    common::run_limited(&mut cmd, Duration::from_secs(240))
+}
+
+fn train_ok(ranks: usize, policy: &str, args: &[&str]) -> Value {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let mut all: Vec<&str> = args.to_vec();
+    let path = out.path().to_str().unwrap().to_string();
+    all.extend(["--out", &path]);
+    let o = train(ranks, policy, &all);
+    assert!(o.status.success(), "{policy} {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&std::fs::read(out.path()).unwrap()).unwrap()
+}
+
+/// Each step's global batch (delivered and skipped ids over all ranks, sorted), and the bytes
+/// moved between ranks in it.
+fn batches(result: &Value) -> BTreeMap<u64, (Vec<u64>, u64)> {
+    let mut by_step: BTreeMap<u64, (Vec<u64>, u64)> = BTreeMap::new();
+    for r in result["records"].as_array().unwrap() {
+        let e = by_step.entry(r["step"].as_u64().unwrap()).or_default();
+        for key in ["ids", "skipped"] {
+            e.0.extend(r[key].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()));
+        }
+        e.1 += r["bytes_in"].as_u64().unwrap();
+    }
+    for (ids, _) in by_step.values_mut() {
+        ids.sort_unstable();
+    }
+    by_step
+}
+
+fn save_state(ranks: usize, policy: &str, steps: u64, seed: u64, state: &Path) -> Value {
+    let state = state.to_str().unwrap();
+    train_ok(
+        ranks,
+        policy,
+        &["--steps", &steps.to_string(), "--seed", &seed.to_string(), "--save-state", state],
+    )
+}
+
+#[test]
+fn a_resumed_run_delivers_the_global_batches_of_one_that_never_stopped() {
+    let sampler = Sampler::new(&common::manifest_ids(&dataset()), 0);
+    let tmp = tempfile::tempdir().unwrap();
+    for policy in POLICIES {
+        let whole = batches(&train_ok(4, policy, &["--steps", &STEPS.to_string()]));
+        for (step, (ids, _)) in &whole {
+            let mut want = sampler.global_batch(*step, GLOBAL_BATCH);
+            want.sort_unstable();
+            assert_eq!(ids, &want, "{policy}: step {step} of the uninterrupted run");
+        }
+        // Mid-epoch (step 4 starts at position 32: epoch 1, its 9th sample) and, for the
+        // policies that move tensors, on a step where they moved some (else at an epoch's start,
+        // step 6).
+        let moved = whole.iter().find(|(s, (_, bytes))| **s > 0 && **s != 4 && *bytes > 0).map(|(s, _)| *s);
+        assert!(
+            moved.is_some() || !["actor-pool", "helix-placement", "helix"].contains(&policy),
+            "{policy} moved no tensor in any step: the test would not cover a resume after moves"
+        );
+        let stops = [4, moved.unwrap_or(6)];
+        for k in stops {
+            let state = tmp.path().join(format!("{policy}-{k}.json"));
+            let first = batches(&save_state(4, policy, k, 0, &state));
+            assert_eq!(first.keys().copied().collect::<Vec<_>>(), (0..k).collect::<Vec<_>>());
+            let doc: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+            assert_eq!(doc["next_step"], k, "{policy}: the state continues after the last step");
+            assert_eq!(doc["epoch"], k * GLOBAL_BATCH as u64 / 24);
+            assert!(doc["seed"].is_u64(), "the seed is a JSON integer");
+            let rest = batches(&train_ok(
+                4,
+                policy,
+                &["--steps", &STEPS.to_string(), "--resume", state.to_str().unwrap()],
+            ));
+            assert_eq!(
+                rest.keys().copied().collect::<Vec<_>>(),
+                (k..STEPS).collect::<Vec<_>>(),
+                "{policy}: the resumed run's records carry the global step numbers"
+            );
+            for (step, (ids, _)) in first.iter().chain(rest.iter()) {
+                assert_eq!(ids, &whole[step].0, "{policy}: stopped at {k}, step {step}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_run_of_4_ranks_resumes_on_2_with_the_same_global_batches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let whole = batches(&train_ok(4, "helix", &["--steps", &STEPS.to_string()]));
+    let state = tmp.path().join("state.json");
+    save_state(4, "helix", 5, 0, &state);
+    let rest =
+        batches(&train_ok(2, "helix", &["--steps", &STEPS.to_string(), "--resume", state.to_str().unwrap()]));
+    assert_eq!(rest.len() as u64, STEPS - 5);
+    for (step, (ids, _)) in &rest {
+        assert_eq!(ids, &whole[step].0, "step {step} at 2 ranks");
+    }
+}
+
+#[test]
+fn three_epochs_visit_every_sample_once_each_in_a_new_order() {
+    let result = train_ok(2, "helix", &["--steps", &STEPS.to_string()]);
+    assert_eq!(result["params"]["protocol"], "1.3");
+    let mut all = common::manifest_ids(&dataset());
+    all.sort_unstable();
+    // The slots of the global batches in order; a step's slots are known as a set, so an
+    // epoch's order shows as its sequence of per-step sets.
+    let by_step = batches(&result);
+    let mut epochs: Vec<Vec<Vec<u64>>> = Vec::new();
+    for e in 0..3u64 {
+        let steps: Vec<Vec<u64>> = (3 * e..3 * e + 3).map(|s| by_step[&s].0.clone()).collect();
+        let mut ids: Vec<u64> = steps.concat();
+        ids.sort_unstable();
+        assert_eq!(ids, all, "epoch {e} delivers (or skips) every sample exactly once");
+        epochs.push(steps);
+    }
+    assert_ne!(epochs[0], epochs[1], "epoch 1 repeats epoch 0's order");
+    assert_ne!(epochs[1], epochs[2], "epoch 2 repeats epoch 1's order");
+}
+
+fn refused(args: &[&str], expect: &str) {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    std::fs::remove_file(out.path()).unwrap();
+    let path = out.path().to_str().unwrap().to_string();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--steps", "9", "--out", &path]);
+    let started = std::time::Instant::now();
+    let o = train(2, "helix", &all);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{args:?} was accepted:\n{err}");
+    assert!(err.contains(expect), "{args:?}: the error does not say {expect:?}:\n{err}");
+    assert!(!out.path().exists(), "{args:?}: training started (a result was written)");
+    assert!(started.elapsed() < Duration::from_secs(60), "{args:?}: took {:?} to fail", started.elapsed());
+}
+
+#[test]
+fn tampered_foreign_truncated_and_missing_states_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = tmp.path().join("good.json");
+    save_state(2, "rank-local", 3, 0, &good);
+    let text = std::fs::read_to_string(&good).unwrap();
+    let write = |name: &str, body: &str| {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let truncated = write("truncated.json", &text[..text.len() / 2]);
+    refused(&["--resume", &truncated], "truncated");
+    let tampered = write("tampered.json", &text.replace("\"next_step\": 3", "\"next_step\": 2"));
+    refused(&["--resume", &tampered], "checksum");
+    refused(&["--resume", tmp.path().join("missing.json").to_str().unwrap()], "cannot read the loader state");
+    // Another seed, another dataset.
+    let good = good.to_str().unwrap();
+    refused(&["--resume", good, "--seed", "9"], "seed: state 0, this run 9");
+    let other = common::copy_dataset(&dataset());
+    let manifest = std::fs::read_to_string(other.path().join("manifest.jsonl")).unwrap();
+    let fewer: Vec<&str> = manifest.lines().skip(1).collect();
+    std::fs::write(other.path().join("manifest.jsonl"), fewer.join("\n") + "\n").unwrap();
+    assert!(common::run(common::datahelix().arg("index").arg(other.path())).status.success());
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let o = {
+        let mut cmd = Command::new("mpirun");
+        common::mpi_env(&mut cmd).args(["-np", "2"]).arg(env!("CARGO_BIN_EXE_datahelix"));
+        cmd.args(["train", "--data"]).arg(other.path()).args(["--steps", "9", "--resume", good, "--out"]);
+        common::run_limited(cmd.arg(out.path()), Duration::from_secs(120))
+    };
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("samples: state 24, this dataset 23"), "{err}");
+    assert!(err.contains("manifest_sha256: state"), "{err}");
+}
