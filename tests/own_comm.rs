@@ -2,7 +2,8 @@
 //! odd ranks), a loader per group — from Rust (`examples/split_loaders.rs`, an rsmpi
 //! communicator) and from C (`csrc/tests/own_comm.c`, a raw `MPI_Comm`, resuming half-way from
 //! `dh_loader_state`) — each group delivering its own global batches (seed 10 + group) exactly
-//! once, while the job runs collectives of its own across both groups.
+//! once, while the job runs collectives of its own across both groups; and replica groups
+//! (`examples/replicas.rs`): pairs of ranks that receive byte-identical batches.
 
 mod common;
 
@@ -94,4 +95,37 @@ fn a_c_program_passes_its_own_mpi_comm_and_resumes_from_the_state() {
     let exe = dir.join("own_comm");
     common::compile_c("mpicc", &common::repo().join("csrc/tests/own_comm.c"), &target_dir(), &exe);
     assert_groups_exactly_once(&mpirun(&exe, "helix"), "c helix");
+}
+
+#[test]
+fn a_replica_group_of_2_receives_byte_identical_batches() {
+    let example = target_dir().join("examples/replicas");
+    assert!(example.exists(), "{} not built (cargo test builds examples)", example.display());
+    let sampler = Sampler::new(&common::manifest_ids(&dataset()), 3);
+    let out = mpirun(&example, "helix");
+    for step in 0..STEPS {
+        // (rank, group, leads, hash, ids)
+        let rows: Vec<Vec<&str>> = out
+            .lines()
+            .map(|l| l.split(' ').collect::<Vec<_>>())
+            .filter(|f| f.len() >= 6 && f[0] == "batch" && f[1] == step.to_string())
+            .collect();
+        assert_eq!(rows.len(), 4, "step {step}: one line per rank in\n{out}");
+        for group in ["0", "1"] {
+            let members: Vec<&Vec<&str>> = rows.iter().filter(|f| f[3] == group).collect();
+            assert_eq!(members.len(), 2, "step {step}: group {group} has two ranks");
+            assert_eq!(members[0][5], members[1][5], "step {step}: group {group}'s batches differ in bytes");
+            assert_eq!(members.iter().filter(|f| f[4] == "true").count(), 1, "one leader per group");
+        }
+        let mut got: Vec<u64> = rows
+            .iter()
+            .filter(|f| f[4] == "true")
+            .flat_map(|f| f.get(6).copied().unwrap_or("").split(',').filter(|s| !s.is_empty()))
+            .map(|s| s.parse().unwrap())
+            .collect();
+        got.sort_unstable();
+        let mut want = sampler.global_batch(step, GLOBAL_BATCH);
+        want.sort_unstable();
+        assert_eq!(got, want, "step {step}: the leaders hold the global batch exactly once");
+    }
 }

@@ -256,7 +256,8 @@ pub enum WorldRef<'w> {
 }
 
 impl WorldRef<'_> {
-    fn get(&self) -> &dyn Collective {
+    /// The collectives.
+    pub fn get(&self) -> &dyn Collective {
         match self {
             WorldRef::Borrowed(c) => *c,
             WorldRef::Owned(w) => w.collective(),

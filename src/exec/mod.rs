@@ -7,4 +7,5 @@ pub mod emulated;
 pub mod exchange;
 pub mod fingerprint;
 pub mod loader;
+pub mod replica;
 pub mod state;

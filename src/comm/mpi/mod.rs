@@ -152,6 +152,26 @@ impl MpiWorld {
         })
     }
 
+    /// Splits the world (`MPI_Comm_split`, collective over it): the ranks passing the same
+    /// `color` form a new world, ordered by their rank here; `None` takes no part and gets
+    /// `None`. The new world has the settings of this one and frees its communicators itself.
+    pub fn split(&self, color: Option<u32>) -> std::result::Result<Option<MpiWorld>, InitError> {
+        let key = self.data.rank() as u32;
+        let (Some(data), Some(ctl)) = (self.data.split(color, key)?, self.ctl.split(color, key)?) else {
+            return Ok(None);
+        };
+        Ok(Some(MpiWorld {
+            data,
+            ctl,
+            config: self.config.clone(),
+            seq: Cell::new(0),
+            step: Cell::new(None),
+            parked: RefCell::new(Vec::new()),
+            closed: Cell::new(false),
+            _universe: None,
+        }))
+    }
+
     /// The settings in force.
     pub fn config(&self) -> &Config {
         &self.config

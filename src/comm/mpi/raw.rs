@@ -292,7 +292,13 @@ impl OwnedComm {
         let ret = unsafe { ffi::MPI_Comm_dup(of, raw.as_mut_ptr()) };
         check(ret, "MPI_Comm_dup")?;
         // SAFETY: initialised by the successful MPI_Comm_dup above.
-        let raw = unsafe { raw.assume_init() };
+        Self::adopt(unsafe { raw.assume_init() })
+    }
+
+    /// Takes ownership of `raw`, a communicator MPI just made for us (freed on drop): sets
+    /// `MPI_ERRORS_RETURN` on it and reads its rank and size.
+    fn adopt(raw: RawComm) -> Result<Self, MpiError> {
+        // Owned from here: dropped (freed) on any error below.
         let mut comm = OwnedComm { raw, rank: 0, size: 0 };
         // SAFETY: raw is a valid communicator; RSMPI_ERRORS_RETURN is a constant handle.
         let ret = unsafe { ffi::MPI_Comm_set_errhandler(raw, ffi::RSMPI_ERRORS_RETURN) };
@@ -307,6 +313,31 @@ impl OwnedComm {
         comm.rank = rank as usize;
         comm.size = size as usize;
         Ok(comm)
+    }
+
+    /// `MPI_Comm_split` of this communicator: the processes that pass the same `color` form one
+    /// new communicator, ordered by `key` then by rank here; `None` as color takes no part
+    /// (`MPI_UNDEFINED`) and gets `None` back. Collective over this communicator.
+    pub fn split(&self, color: Option<u32>, key: u32) -> Result<Option<OwnedComm>, MpiError> {
+        let color = match color {
+            // SAFETY: reads a constant mpi-sys exports.
+            None => unsafe { ffi::RSMPI_UNDEFINED },
+            Some(c) => to_c_int(c as usize, "MPI_Comm_split")?,
+        };
+        let mut raw = std::mem::MaybeUninit::<RawComm>::uninit();
+        // SAFETY: self.raw is a valid communicator; MPI_Comm_split writes the new handle (or
+        // MPI_COMM_NULL) into raw on success, which check() confirms before raw is read.
+        let ret = unsafe {
+            ffi::MPI_Comm_split(self.raw, color, to_c_int(key as usize, "MPI_Comm_split")?, raw.as_mut_ptr())
+        };
+        check(ret, "MPI_Comm_split")?;
+        // SAFETY: initialised by the successful call above.
+        let raw = unsafe { raw.assume_init() };
+        // SAFETY: reads a constant handle mpi-sys exports.
+        if raw == unsafe { ffi::RSMPI_COMM_NULL } {
+            return Ok(None);
+        }
+        Self::adopt(raw).map(Some)
     }
 
     /// This process's rank.

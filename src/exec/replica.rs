@@ -1,0 +1,300 @@
+//! Replica groups: ranks that must train on identical batches (a tensor-parallel group, whose
+//! ranks each hold a slice of the model) get them without decoding them twice. Rank 0 of each
+//! group runs the loader on the data-parallel world of the group leaders; it broadcasts every
+//! batch's bytes to the rest of its group.
+//!
+//! ```no_run
+//! use datahelix::comm::mpi::MpiWorld;
+//! use datahelix::comm::{Config, World};
+//! use datahelix::exec::loader::LoaderConfig;
+//! use datahelix::exec::replica::ReplicaLoader;
+//!
+//! let world = MpiWorld::init(Config::default())?;
+//! // Groups of 2 consecutive ranks see the same batches; the leaders split each global batch.
+//! let (dp, group) = ReplicaLoader::split_world(&world, 2)?;
+//! let mut loader = ReplicaLoader::new(dp.map(World::Mpi), World::Mpi(group), LoaderConfig::new("data/skewed".into()))?;
+//! let batch = loader.next_batch()?; // the same ids and bytes on both ranks of a group
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! A follower's batch arrives in one broadcast of its group (a header, then the tensors);
+//! everything in it is checked before use. An error on the leader reaches its followers as an
+//! error naming it instead of a hang.
+
+use std::time::Instant;
+
+use super::loader::{Accelerator, Batch, ExecError, Loader, LoaderConfig, Sample, TensorData, WorldRef};
+use crate::collective::Collective;
+use crate::comm::mpi::{InitError, MpiWorld};
+
+/// Bytes of a batch header: step, samples, skipped, input wait, decode CPU, bytes in.
+const HEAD: usize = 48;
+/// Bytes of a sample's entry: id, shape (4), tokens, length.
+const ENTRY: usize = 56;
+/// The length a leader broadcasts instead of a batch when it failed.
+const FAILED: u64 = u64::MAX;
+
+/// One rank of a replica group: the loader on its leader, a receiver elsewhere.
+pub struct ReplicaLoader<'w> {
+    leader: Option<Loader<'w>>,
+    group: WorldRef<'w>,
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// A batch as bytes: header, entries, skipped ids, tensors.
+fn encode(b: &Batch) -> Vec<u8> {
+    let data: usize = b.samples.iter().map(|s| s.data.len()).sum();
+    let mut out = Vec::with_capacity(HEAD + ENTRY * b.samples.len() + 8 * b.skipped.len() + data);
+    for v in [b.step, b.samples.len() as u64, b.skipped.len() as u64] {
+        out.extend(v.to_le_bytes());
+    }
+    for v in [b.input_wait_s, b.decode_cpu_s] {
+        out.extend(v.to_le_bytes());
+    }
+    out.extend(b.bytes_in.to_le_bytes());
+    for s in &b.samples {
+        out.extend(s.id.to_le_bytes());
+        for d in s.shape {
+            out.extend((d as u64).to_le_bytes());
+        }
+        out.extend(s.tokens.to_le_bytes());
+        out.extend((s.data.len() as u64).to_le_bytes());
+    }
+    for id in &b.skipped {
+        out.extend(id.to_le_bytes());
+    }
+    for s in &b.samples {
+        out.extend_from_slice(&s.data);
+    }
+    out
+}
+
+/// The batch of [`encode`]'s bytes, refusing anything inconsistent.
+fn decode(bytes: &[u8]) -> Result<Batch, String> {
+    let bad = |what: &str| format!("the batch the group leader sent is malformed ({what})");
+    if bytes.len() < HEAD {
+        return Err(bad("shorter than its header"));
+    }
+    let (step, n, n_skipped) = (u64_at(bytes, 0), u64_at(bytes, 8), u64_at(bytes, 16));
+    let f = |at| f64::from_bits(u64_at(bytes, at));
+    let (input_wait_s, decode_cpu_s, bytes_in) = (f(24), f(32), u64_at(bytes, 40));
+    let table = (n as u128) * ENTRY as u128 + (n_skipped as u128) * 8;
+    if HEAD as u128 + table > bytes.len() as u128 {
+        return Err(bad("more samples than bytes"));
+    }
+    let (n, n_skipped) = (n as usize, n_skipped as usize);
+    let mut data_at = HEAD + n * ENTRY + n_skipped * 8;
+    let mut samples = Vec::with_capacity(n);
+    for k in 0..n {
+        let e = HEAD + k * ENTRY;
+        let shape = [0, 1, 2, 3].map(|d| u64_at(bytes, e + 8 + 8 * d) as usize);
+        let len = u64_at(bytes, e + 48);
+        let expect = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+        if expect != Some(len) || len > (bytes.len() - data_at) as u64 {
+            return Err(bad(&format!("sample {k}'s shape {shape:?} does not match its {len} bytes")));
+        }
+        let len = len as usize;
+        samples.push(Sample {
+            id: u64_at(bytes, e),
+            shape,
+            tokens: u64_at(bytes, e + 40),
+            data: TensorData::Owned(bytes[data_at..data_at + len].to_vec()),
+        });
+        data_at += len;
+    }
+    if data_at != bytes.len() {
+        return Err(bad("bytes left over"));
+    }
+    let skipped = (0..n_skipped).map(|k| u64_at(bytes, HEAD + n * ENTRY + 8 * k)).collect();
+    Ok(Batch { step, samples, skipped, input_wait_s, decode_cpu_s, bytes_in })
+}
+
+impl<'w> ReplicaLoader<'w> {
+    /// Splits `world` into replica groups of `size` consecutive ranks (a tensor-parallel layout)
+    /// and the data-parallel world of their leaders (group rank 0; `None` on the others).
+    /// Collective over `world`; `size` must divide its ranks.
+    pub fn split_world(world: &MpiWorld, size: usize) -> Result<(Option<MpiWorld>, MpiWorld), ExecError> {
+        let (rank, ranks) = (world.rank(), world.size());
+        if size == 0 || ranks % size != 0 {
+            return Err(ExecError::Invalid(format!(
+                "replica groups of {size} ranks do not divide the world's {ranks} ranks"
+            )));
+        }
+        let split_err =
+            |e: InitError| ExecError::Invalid(format!("cannot split the world into replica groups: {e}"));
+        let group = world.split(Some((rank / size) as u32)).map_err(split_err)?;
+        let group = group.ok_or_else(|| ExecError::Invalid("MPI_Comm_split gave no replica group".into()))?;
+        let dp = world.split((rank % size == 0).then_some(0)).map_err(split_err)?;
+        Ok((dp, group))
+    }
+
+    /// This rank's part of its replica group `group`: on the group's rank 0 a [`Loader`] over
+    /// `dp` (the leaders' data-parallel world, `Some` exactly there), elsewhere a receiver.
+    /// Collective over `group` (and, for the leaders, over `dp`).
+    pub fn new(
+        dp: Option<impl Into<WorldRef<'w>>>,
+        group: impl Into<WorldRef<'w>>,
+        cfg: LoaderConfig,
+    ) -> Result<ReplicaLoader<'w>, ExecError> {
+        let group = group.into();
+        let leads = group.get().rank() == 0;
+        let leader = match (leads, dp) {
+            (true, Some(dp)) => Some(Loader::new(dp, cfg)),
+            (false, None) => None,
+            (true, None) => Some(Err(ExecError::Invalid(
+                "the replica group's rank 0 needs the data-parallel world".into(),
+            ))),
+            (false, Some(_)) => Some(Err(ExecError::Invalid(
+                "only a replica group's rank 0 joins the data-parallel world".into(),
+            ))),
+        };
+        // Every member learns whether its leader's loader opened, so none waits for batches
+        // that never come.
+        let mine_ok = leader.as_ref().is_none_or(|l| l.is_ok());
+        let mut flags = vec![0u8; group.get().size()];
+        group.get().all_gather(&[u8::from(mine_ok)], &mut flags)?;
+        let leader = leader.transpose()?;
+        if let Some(r) = flags.iter().position(|&f| f == 0) {
+            return Err(ExecError::Invalid(format!(
+                "rank {r} of this replica group could not open its loader (its error says why)"
+            )));
+        }
+        Ok(ReplicaLoader { leader, group })
+    }
+
+    /// True on the group's rank 0 (the rank that decodes).
+    pub fn leads(&self) -> bool {
+        self.leader.is_some()
+    }
+
+    /// The replica group's world.
+    pub fn group(&self) -> &dyn Collective {
+        self.group.get()
+    }
+
+    /// The loader (on the leader only).
+    pub fn loader(&self) -> Option<&Loader<'w>> {
+        self.leader.as_ref()
+    }
+
+    /// The next step's batch, the same on every rank of the group. Collective over the group
+    /// (and, on the leader, the loader's world).
+    pub fn next_batch(&mut self) -> Result<Batch, ExecError> {
+        let g = self.group.get();
+        match &mut self.leader {
+            Some(loader) => {
+                let got = loader.next_batch();
+                let wire = got.as_ref().map(encode);
+                let mut len = wire.as_ref().map_or(FAILED, |w| w.len() as u64).to_le_bytes();
+                g.broadcast(0, &mut len)?;
+                if let Ok(mut wire) = wire {
+                    g.broadcast(0, &mut wire)?;
+                }
+                got
+            }
+            None => {
+                let mut len = [0u8; 8];
+                g.broadcast(0, &mut len)?;
+                let len = u64::from_le_bytes(len);
+                if len == FAILED {
+                    return Err(ExecError::Invalid(
+                        "the replica group's rank 0 failed to load the batch (its error says why)".into(),
+                    ));
+                }
+                let len = usize::try_from(len)
+                    .map_err(|_| ExecError::Invalid(format!("the group leader announced {len} bytes")))?;
+                let mut wire = vec![0u8; len];
+                g.broadcast(0, &mut wire)?;
+                decode(&wire).map_err(ExecError::Invalid)
+            }
+        }
+    }
+
+    /// [`Loader::prepare_ahead`] on the leader; nothing elsewhere.
+    pub fn prepare_ahead(&mut self) -> Result<(), ExecError> {
+        self.leader.as_mut().map_or(Ok(()), Loader::prepare_ahead)
+    }
+
+    /// [`Loader::ship_ahead`] on the leader; nothing elsewhere.
+    pub fn ship_ahead(&mut self, step_end: Instant) -> Result<(), ExecError> {
+        self.leader.as_mut().map_or(Ok(()), |l| l.ship_ahead(step_end))
+    }
+
+    /// [`Loader::report_step`] on the leader (the group's accelerator step); nothing elsewhere.
+    pub fn report_step(&mut self, accel_s: f64) -> Result<(), ExecError> {
+        self.leader.as_mut().map_or(Ok(()), |l| l.report_step(accel_s))
+    }
+
+    /// [`Loader::train_step`] for a replica group: every rank launches its slice of the step on
+    /// the same batch; the leader plans and ships while it runs.
+    pub fn train_step(&mut self, accel: &mut dyn Accelerator) -> Result<Batch, ExecError> {
+        let batch = self.next_batch()?;
+        let launched = Instant::now();
+        accel.launch(&batch).map_err(|e| {
+            ExecError::Invalid(format!("the accelerator's step {} did not launch: {e}", batch.step))
+        })?;
+        match &mut self.leader {
+            Some(loader) => loader.finish_step(accel, launched)?,
+            None => {
+                accel.wait().map_err(|e| {
+                    ExecError::Invalid(format!("the accelerator's step {} failed: {e}", batch.step))
+                })?;
+            }
+        }
+        Ok(batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch() -> Batch {
+        let sample = |id, f: usize| Sample {
+            id,
+            shape: [f, 2, 3, 3],
+            tokens: 7 * id,
+            data: TensorData::Owned((0..f * 18).map(|b| (b * id as usize) as u8).collect()),
+        };
+        Batch {
+            step: 5,
+            samples: vec![sample(3, 2), sample(9, 1)],
+            skipped: vec![11],
+            input_wait_s: 0.25,
+            decode_cpu_s: 1.5,
+            bytes_in: 99,
+        }
+    }
+
+    #[test]
+    fn a_batch_crosses_byte_for_byte() {
+        let b = batch();
+        let back = decode(&encode(&b)).unwrap();
+        assert_eq!((back.step, back.skipped.clone(), back.bytes_in), (5, vec![11], 99));
+        assert_eq!((back.input_wait_s, back.decode_cpu_s), (0.25, 1.5));
+        for (x, y) in b.samples.iter().zip(&back.samples) {
+            assert_eq!((x.id, x.shape, x.tokens), (y.id, y.shape, y.tokens));
+            assert_eq!(&*x.data, &*y.data);
+        }
+    }
+
+    #[test]
+    fn damaged_batches_are_refused() {
+        let wire = encode(&batch());
+        for cut in [0, HEAD - 1, HEAD + 10, wire.len() - 1] {
+            assert!(decode(&wire[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = wire.clone();
+        longer.push(0);
+        assert!(decode(&longer).err().expect("refused").contains("left over"));
+        let mut huge = wire.clone();
+        huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode(&huge).err().expect("refused").contains("more samples"));
+        let mut shape = wire;
+        shape[HEAD + 8..HEAD + 16].copy_from_slice(&1000u64.to_le_bytes());
+        assert!(decode(&shape).err().expect("refused").contains("shape"));
+    }
+}
