@@ -358,7 +358,9 @@ void dh_config_free(struct dh_config *config);
  * never finalises it (free every loader before your `MPI_Finalize`). Without a launcher the
  * loader runs as a one-rank job without MPI.
  *
- * The dataset is opened first (before MPI is touched). On success writes a new loader to
+ * Without a launcher the dataset is opened first (before MPI is touched); under one, every rank
+ * opens it and all fail together (`DH_INDEX` on a rank whose dataset is missing, `DH_LOADER` on
+ * the others, naming that rank) when any cannot. On success writes a new loader to
  * `*loader_out`, owned by the caller (`dh_loader_free`); `config` is not retained. Fails with
  * `DH_NULL_PARAMETER`, `DH_INVALID_PARAMETER` (no `data`, or a bad setting), `DH_INDEX`
  * (missing or unindexed dataset), `DH_MPI_INIT` or `DH_COLLECTIVE`; nothing is written then.

@@ -70,15 +70,15 @@ int main(int argc, char **argv) {
   EXPECT(DH_NULL_PARAMETER, dh_loader_new(NULL, &loader));
   EXPECT(DH_NULL_PARAMETER, dh_loader_new(cfg, NULL));
   EXPECT(DH_INVALID_PARAMETER, dh_loader_new(cfg, &loader)); /* no "data" */
+  long long fake_comm = 0;
+  EXPECT(DH_NULL_PARAMETER, dh_loader_new_with_comm(cfg, NULL, &loader));
+  /* MPI is not initialised yet: a communicator cannot be real, and is not read. */
+  EXPECT(DH_MPI_INIT, dh_loader_new_with_comm(cfg, &fake_comm, &loader));
+  ASSERT(strstr(dh_test_message(), "MPI_Init") != NULL);
   CHECK(dh_config_set(cfg, "data", "/nonexistent/dataset"));
   EXPECT(DH_INDEX, dh_loader_new(cfg, &loader)); /* missing dataset */
   ASSERT(strstr(dh_test_message(), "/nonexistent/dataset") != NULL);
   ASSERT(loader == NULL);
-  int fake_comm = 0;
-  EXPECT(DH_NULL_PARAMETER, dh_loader_new_with_comm(cfg, NULL, &loader));
-  /* MPI is not initialised here: a communicator cannot be real, and is not read. */
-  EXPECT(DH_MPI_INIT, dh_loader_new_with_comm(cfg, &fake_comm, &loader));
-  ASSERT(strstr(dh_test_message(), "MPI_Init") != NULL);
   dh_config_free(cfg);
   dh_config_free(NULL);
 

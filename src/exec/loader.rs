@@ -247,6 +247,15 @@ pub trait Accelerator {
     fn wait(&mut self) -> Result<f64, String>;
 }
 
+/// Launches `batch` on `accel`; when it was launched.
+pub(crate) fn launch(accel: &mut dyn Accelerator, batch: &Batch) -> Result<Instant, ExecError> {
+    let launched = Instant::now();
+    accel.launch(batch).map_err(|e| {
+        ExecError::Invalid(format!("the accelerator's step {} did not launch: {e}", batch.step))
+    })?;
+    Ok(launched)
+}
+
 /// The collectives a loader runs on: borrowed from the caller, or owned.
 pub enum WorldRef<'w> {
     /// The caller keeps the world alive for the loader's life.
@@ -583,10 +592,7 @@ impl<'w> Loader<'w> {
     /// call it makes; the step's gradient all-reduce is the caller's, after it returns.
     pub fn train_step(&mut self, accel: &mut dyn Accelerator) -> Result<Batch, ExecError> {
         let batch = self.next_batch()?;
-        let launched = Instant::now();
-        accel.launch(&batch).map_err(|e| {
-            ExecError::Invalid(format!("the accelerator's step {} did not launch: {e}", batch.step))
-        })?;
+        let launched = launch(accel, &batch)?;
         self.finish_step(accel, launched)?;
         Ok(batch)
     }

@@ -232,10 +232,7 @@ impl<'w> ReplicaLoader<'w> {
     /// the same batch; the leader plans and ships while it runs.
     pub fn train_step(&mut self, accel: &mut dyn Accelerator) -> Result<Batch, ExecError> {
         let batch = self.next_batch()?;
-        let launched = Instant::now();
-        accel.launch(&batch).map_err(|e| {
-            ExecError::Invalid(format!("the accelerator's step {} did not launch: {e}", batch.step))
-        })?;
+        let launched = super::loader::launch(accel, &batch)?;
         match &mut self.leader {
             Some(loader) => loader.finish_step(accel, launched)?,
             None => {

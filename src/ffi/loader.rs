@@ -171,9 +171,13 @@ fn open_loader(config: &dh_config, comm: Option<CallerComm>) -> Result<dh_loader
             "the configuration has no \"data\" (the dataset folder)",
         ));
     }
-    // Checked before MPI is touched, so that a missing dataset leaves MPI as it was.
-    crate::index::Index::open(&cfg.data)
-        .map_err(|e| Error::new(dh_result::DH_INDEX, format!("{}: {e}", cfg.data.display())))?;
+    // Alone, a missing dataset is refused before MPI is touched. Under a launcher every rank
+    // goes on to the loader's fingerprint all-gather, where one rank's missing dataset stops all
+    // of them at once (checked here, it would leave the others waiting for it until the watchdog).
+    if comm.is_none() && !comm::launched_by_mpi() {
+        crate::index::Index::open(&cfg.data)
+            .map_err(|e| Error::new(dh_result::DH_INDEX, format!("{}: {e}", cfg.data.display())))?;
+    }
     let world = match comm {
         None => {
             ensure_mpi()?;
@@ -380,7 +384,9 @@ impl dh_loader {
 /// never finalises it (free every loader before your `MPI_Finalize`). Without a launcher the
 /// loader runs as a one-rank job without MPI.
 ///
-/// The dataset is opened first (before MPI is touched). On success writes a new loader to
+/// Without a launcher the dataset is opened first (before MPI is touched); under one, every rank
+/// opens it and all fail together (`DH_INDEX` on a rank whose dataset is missing, `DH_LOADER` on
+/// the others, naming that rank) when any cannot. On success writes a new loader to
 /// `*loader_out`, owned by the caller (`dh_loader_free`); `config` is not retained. Fails with
 /// `DH_NULL_PARAMETER`, `DH_INVALID_PARAMETER` (no `data`, or a bad setting), `DH_INDEX`
 /// (missing or unindexed dataset), `DH_MPI_INIT` or `DH_COLLECTIVE`; nothing is written then.

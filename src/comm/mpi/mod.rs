@@ -99,12 +99,20 @@ impl MpiWorld {
                 None => return Err(InitError::Init),
             }
         };
-        let data = OwnedComm::dup_world()?;
-        let ctl = OwnedComm::dup_world()?;
+        Ok(MpiWorld::of(OwnedComm::dup_world()?, OwnedComm::dup_world()?, config, universe))
+    }
+
+    /// The world of two communicators of ours (collectives, watchdog control).
+    fn of(
+        data: OwnedComm,
+        ctl: OwnedComm,
+        config: Config,
+        universe: Option<mpi::environment::Universe>,
+    ) -> MpiWorld {
         if config.report_sigterm {
             watchdog::install_sigterm_reporter();
         }
-        Ok(MpiWorld {
+        MpiWorld {
             data,
             ctl,
             config,
@@ -113,7 +121,7 @@ impl MpiWorld {
             parked: RefCell::new(Vec::new()),
             closed: Cell::new(false),
             _universe: universe,
-        })
+        }
     }
 
     /// A world over a communicator the caller owns, in a process where the caller initialised
@@ -135,21 +143,7 @@ impl MpiWorld {
         if !mpi::environment::is_initialized() || mpi::environment::is_finalized() {
             return Err(InitError::Init);
         }
-        let data = OwnedComm::dup_caller(comm)?;
-        let ctl = OwnedComm::dup_caller(comm)?;
-        if config.report_sigterm {
-            watchdog::install_sigterm_reporter();
-        }
-        Ok(MpiWorld {
-            data,
-            ctl,
-            config,
-            seq: Cell::new(0),
-            step: Cell::new(None),
-            parked: RefCell::new(Vec::new()),
-            closed: Cell::new(false),
-            _universe: None,
-        })
+        Ok(MpiWorld::of(OwnedComm::dup_caller(comm)?, OwnedComm::dup_caller(comm)?, config, None))
     }
 
     /// Splits the world (`MPI_Comm_split`, collective over it): the ranks passing the same
@@ -160,16 +154,7 @@ impl MpiWorld {
         let (Some(data), Some(ctl)) = (self.data.split(color, key)?, self.ctl.split(color, key)?) else {
             return Ok(None);
         };
-        Ok(Some(MpiWorld {
-            data,
-            ctl,
-            config: self.config.clone(),
-            seq: Cell::new(0),
-            step: Cell::new(None),
-            parked: RefCell::new(Vec::new()),
-            closed: Cell::new(false),
-            _universe: None,
-        }))
+        Ok(Some(MpiWorld::of(data, ctl, self.config.clone(), None)))
     }
 
     /// The settings in force.
