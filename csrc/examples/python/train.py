@@ -7,6 +7,7 @@ Prints per rank and step ``ids STEP RANK id,... skipped id,...``, the metrics, a
 
 import argparse
 import os
+import json
 import sys
 import time
 
@@ -60,6 +61,10 @@ def main():
             batch.release()
         m = loader.metrics()
         assert m["steps"] == args.steps, m
+        # Where the run stands, as a checkpoint would save it (Loader(resume=text, ...) continues).
+        state = json.loads(loader.state())
+        assert state["next_step"] == args.steps and state["seed"] == args.seed, state
+        print(f"state {loader.rank} next_step {state['next_step']} epoch {state['epoch']}", flush=True)
         print(f"metrics {loader.rank} {m}", flush=True)
         rank = loader.rank
     print(f"ok {rank}", flush=True)
