@@ -63,7 +63,9 @@ static void check_batch(dh_batch *batch, unsigned long step, unsigned long globa
   for (size_t i = 0; i < n_skipped; i++) printf("%s%llu", i ? "," : "", (unsigned long long)skipped[i]);
   printf("\n");
   fflush(stdout);
-  /* The caller's all-gather: every rank's count, then every id; no id twice. */
+  /* The caller's all-gather: every rank's count, then every id. (An id may appear twice in a
+   * batch that spans an epoch boundary, PROTOCOL v1.3; the Rust side compares the ids printed
+   * with the sampler's batch, duplicates included.) */
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int mine = (int)(n + n_skipped);
@@ -81,8 +83,12 @@ static void check_batch(dh_batch *batch, unsigned long step, unsigned long globa
   for (size_t i = 0; i < n; i++) local[i] = ids[i];
   for (size_t i = 0; i < n_skipped; i++) local[n + i] = skipped[i];
   MPI_Allgatherv(local, mine, MPI_UINT64_T, all_ids, counts, displs, MPI_UINT64_T, MPI_COMM_WORLD);
-  for (int i = 0; i < total; i++)
-    for (int j = i + 1; j < total; j++) ASSERT(all_ids[i] != all_ids[j]);
+  /* Every rank received the same list. */
+  uint64_t sum = 0, first = 0;
+  for (int i = 0; i < total; i++) sum += all_ids[i] * (uint64_t)(i + 1);
+  first = sum;
+  MPI_Bcast(&first, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  ASSERT(first == sum);
   uint64_t tokens = 0;
   for (size_t i = 0; i < n; i++) {
     uint64_t tk = 0;
