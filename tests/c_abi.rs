@@ -224,6 +224,9 @@ fn python_example_trains_under_mpirun() {
     let out = check("python example", &o);
     assert_ids(&out, &data, 4, 4, 1, 2);
     for rank in 0..2 {
-        assert!(out.contains(&format!("state {rank} next_step 4")), "rank {rank} printed no loader state:\n{out}");
+        assert!(
+            out.contains(&format!("state {rank} next_step 4")),
+            "rank {rank} printed no loader state:\n{out}"
+        );
     }
 }
