@@ -45,6 +45,12 @@ pub fn words_hash(bytes: &[u8]) -> u64 {
     splitmix64(h ^ u64::from_le_bytes(tail))
 }
 
+/// The epoch that global-batch position `position` lies in, for a dataset of `samples` ids
+/// (0 for an empty one).
+pub fn epoch_of(position: u64, samples: u64) -> u64 {
+    position.checked_div(samples).unwrap_or(0)
+}
+
 /// The seed of epoch `e`: the run's seed for epoch 0, `splitmix64(seed + e)` after (v1.3).
 pub fn epoch_seed(seed: u64, epoch: u64) -> u64 {
     if epoch == 0 {
@@ -134,7 +140,7 @@ impl Sampler {
 
     /// The epoch that global-batch position `position` lies in.
     pub fn epoch_of(&self, position: u64) -> u64 {
-        position.checked_div(self.first.len() as u64).unwrap_or(0)
+        epoch_of(position, self.first.len() as u64)
     }
 
     /// The global batch of `step`: positions `step·G .. step·G + G − 1`, position p taking element

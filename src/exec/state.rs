@@ -24,7 +24,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::sampler::words_hash;
+use crate::sampler::{epoch_of, words_hash};
 
 /// The `format` field of every state document.
 pub const FORMAT: &str = "datahelix-loader-state";
@@ -83,7 +83,7 @@ impl LoaderState {
         global_batch: u64,
         dataset: DatasetId,
     ) -> LoaderState {
-        let epoch = next_step.saturating_mul(global_batch).checked_div(dataset.samples).unwrap_or(0);
+        let epoch = epoch_of(next_step.saturating_mul(global_batch), dataset.samples);
         let DatasetId { samples, manifest_sha256, index_sha256 } = dataset;
         let mut s = LoaderState {
             format: FORMAT.into(),
@@ -140,7 +140,7 @@ impl LoaderState {
                  use the file the run wrote"
                 .into());
         }
-        let epoch = s.next_step.saturating_mul(s.global_batch).checked_div(s.samples).unwrap_or(0);
+        let epoch = epoch_of(s.next_step.saturating_mul(s.global_batch), s.samples);
         if s.global_batch == 0 || s.samples == 0 || s.epoch != epoch {
             return Err(format!(
                 "the loader state is inconsistent (global batch {}, {} samples, epoch {} for step {})",
