@@ -258,54 +258,96 @@ pub trait Collective {
     }
 
     /// Sends `blocks[p]` to every rank `p` with `send[p]` and receives one block from every rank
-    /// `p` with `expect[p]`: a sparse all-to-all where both sides already know who sends to whom
-    /// (e.g. from a plan every rank holds) but not the sizes, which may be zero. The sizes travel
-    /// first, then the data, each in one [`Collective::all_to_all_v`] with zero counts between
-    /// pairs that exchange nothing — which MPI carries point to point, so a rank waits only for
-    /// its own partners, not for the slowest rank of the job. Every rank must call it (it is a
-    /// collective on backends that need one). Returns the received blocks in rank order, empty
-    /// where nothing was expected; this rank's own block is passed through.
-    ///
-    /// The two sides must agree (`send[q]` on rank `p` equals `expect[p]` on rank `q`): a rank
-    /// expecting a block that never comes is a bug that ends in the collective watchdog.
+    /// `p` with `expect[p]`, in rank order (empty where nothing was expected; this rank's own block
+    /// is passed through). [`Collective::exchange_packed`] with the blocks in separate buffers.
     fn exchange_vec(&self, blocks: &[Vec<u8>], send: &[bool], expect: &[bool]) -> Result<Vec<Vec<u8>>> {
+        let me = self.rank();
+        let counts: Vec<usize> =
+            blocks.iter().enumerate().map(|(p, b)| if p == me { 0 } else { b.len() }).collect();
+        let mut data = Vec::with_capacity(counts.iter().sum());
+        for (_, b) in blocks.iter().enumerate().filter(|&(p, _)| p != me) {
+            data.extend_from_slice(b);
+        }
+        let packed = self.exchange_packed(&data, &counts, send, expect)?;
+        let mut out: Vec<Vec<u8>> = (0..packed.counts.len()).map(|p| packed.block(p).to_vec()).collect();
+        if let (Some(mine), Some(block)) = (out.get_mut(me), blocks.get(me)) {
+            mine.clone_from(block);
+        }
+        Ok(out)
+    }
+
+    /// A sparse all-to-all where both sides already know who sends to whom (e.g. from a plan every
+    /// rank holds) but not the sizes, which may be zero: rank `p`'s block is
+    /// `send[displ(p)..][..send_counts[p]]` (blocks back to back in rank order), sent when
+    /// `to[p]`; a block comes from every rank `p` with `from[p]`. The sizes travel first, then the
+    /// data, each in one [`Collective::all_to_all_v`] with zero counts between pairs that exchange
+    /// nothing — which MPI carries point to point, so a rank waits only for its own partners, not
+    /// for the slowest rank of the job. Every rank must call it. The received blocks come back in
+    /// one buffer ([`Packed`]): the bytes are copied once on each side, beyond what the backend
+    /// copies.
+    ///
+    /// The two sides must agree (`to[q]` on rank `p` equals `from[p]` on rank `q`): a rank
+    /// expecting a block that never comes is a bug that ends in the collective watchdog. A block
+    /// for this rank itself or for a rank without `to` is an error (it would be dropped).
+    fn exchange_packed(
+        &self,
+        send: &[u8],
+        send_counts: &[usize],
+        to: &[bool],
+        from: &[bool],
+    ) -> Result<Packed> {
         let n = self.size();
         let me = self.rank();
-        if blocks.len() != n || send.len() != n || expect.len() != n {
-            return Err(CollectiveError::InvalidArgument {
-                site: self.site_now(CollectiveOp::AllToAllV),
-                what: format!(
-                    "{} blocks, {} send flags and {} expectations for {} ranks",
-                    blocks.len(),
-                    send.len(),
-                    expect.len(),
-                    n
-                ),
-            });
+        let invalid = |what: String| CollectiveError::InvalidArgument {
+            site: self.site_now(CollectiveOp::AllToAllV),
+            what,
+        };
+        if send_counts.len() != n || to.len() != n || from.len() != n {
+            return Err(invalid(format!(
+                "{} send counts, {} send flags and {} expectations for {} ranks",
+                send_counts.len(),
+                to.len(),
+                from.len(),
+                n
+            )));
         }
-        let sends: Vec<usize> = (0..n).map(|p| if p != me && send[p] { 8 } else { 0 }).collect();
-        let recvs: Vec<usize> = (0..n).map(|p| if p != me && expect[p] { 8 } else { 0 }).collect();
+        if send_counts.iter().sum::<usize>() != send.len() {
+            return Err(invalid(format!(
+                "send counts add up to {} bytes but the send buffer holds {}",
+                send_counts.iter().sum::<usize>(),
+                send.len()
+            )));
+        }
+        if let Some(p) = (0..n).find(|&p| send_counts[p] > 0 && (p == me || !to[p])) {
+            return Err(invalid(format!(
+                "{} bytes for rank {p}, which this exchange does not send to",
+                send_counts[p]
+            )));
+        }
+        let words: Vec<usize> = (0..n).map(|p| if p != me && to[p] { 8 } else { 0 }).collect();
+        let expect: Vec<usize> = (0..n).map(|p| if p != me && from[p] { 8 } else { 0 }).collect();
         let sizes: Vec<u8> =
-            (0..n).filter(|&p| sends[p] > 0).flat_map(|p| (blocks[p].len() as u64).to_le_bytes()).collect();
-        let mut got = vec![0u8; recvs.iter().sum()];
-        self.all_to_all_v(&sizes, &sends, &prefix_sums(&sends), &mut got, &recvs, &prefix_sums(&recvs))?;
-        let got_displs = prefix_sums(&recvs);
-        let recv_counts: Vec<usize> = (0..n)
+            (0..n).filter(|&p| words[p] > 0).flat_map(|p| (send_counts[p] as u64).to_le_bytes()).collect();
+        let mut got = vec![0u8; expect.iter().sum()];
+        self.all_to_all_v(&sizes, &words, &prefix_sums(&words), &mut got, &expect, &prefix_sums(&expect))?;
+        let got_displs = prefix_sums(&expect);
+        let counts: Vec<usize> = (0..n)
             .map(|p| {
-                if recvs[p] == 0 {
+                if expect[p] == 0 {
                     return 0;
                 }
                 let at = got_displs[p];
                 u64::from_le_bytes(got[at..at + 8].try_into().unwrap_or([0; 8])) as usize
             })
             .collect();
-        let send_counts: Vec<usize> =
-            (0..n).map(|p| if sends[p] > 0 { blocks[p].len() } else { 0 }).collect();
-        let data: Vec<u8> =
-            (0..n).filter(|&p| sends[p] > 0).flat_map(|p| blocks[p].iter().copied()).collect();
-        let mut out = all_to_all_blocks(self, &data, &send_counts, &recv_counts)?;
-        out[me] = blocks[me].clone();
-        Ok(out)
+        let total = counts
+            .iter()
+            .try_fold(0usize, |a, &c| a.checked_add(c))
+            .ok_or_else(|| invalid(format!("the block sizes the peers announced overflow: {counts:?}")))?;
+        let displs = prefix_sums(&counts);
+        let mut data = vec![0u8; total];
+        self.all_to_all_v(send, send_counts, &prefix_sums(send_counts), &mut data, &counts, &displs)?;
+        Ok(Packed { data, counts, displs })
     }
 
     /// Checks that every rank holds the same `value` (e.g. a plan hash); `Ok(false)` if any differs.
@@ -336,6 +378,27 @@ fn all_to_all_blocks<C: Collective + ?Sized>(
     Ok((0..recv_counts.len())
         .map(|p| recv[recv_displs[p]..recv_displs[p] + recv_counts[p]].to_vec())
         .collect())
+}
+
+/// The blocks an [`Collective::exchange_packed`] received, back to back in rank order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Packed {
+    /// Every block, in rank order.
+    pub data: Vec<u8>,
+    /// Bytes from each rank (0 where nothing came).
+    pub counts: Vec<usize>,
+    /// Where each rank's block starts in `data`.
+    pub displs: Vec<usize>,
+}
+
+impl Packed {
+    /// The block rank `p` sent (empty for a rank outside the world).
+    pub fn block(&self, p: usize) -> &[u8] {
+        match (self.displs.get(p), self.counts.get(p)) {
+            (Some(&d), Some(&c)) => &self.data[d..d + c],
+            _ => &[],
+        }
+    }
 }
 
 /// Exclusive prefix sums: the displacements of blocks of `counts` packed back to back.

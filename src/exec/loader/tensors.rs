@@ -48,10 +48,18 @@ impl Loader<'_> {
     /// Carries out one pairwise exchange: packs what the engine sends, returns what came.
     pub(super) fn exchange(&mut self, order: ExchangeOrder) -> Result<Vec<(usize, Message, u64)>, ExecError> {
         let t0 = self.now();
-        let world = self.world.get();
-        let (me, ranks) = (world.rank(), world.size());
-        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); ranks];
-        for (to, m, compress) in order.outgoing {
+        let (me, ranks) = (self.world.get().rank(), self.world.get().size());
+        // One send buffer, blocks back to back in rank order: the bytes are copied once here.
+        let mut outgoing = order.outgoing;
+        outgoing.sort_by_key(|&(to, _, _)| to);
+        let mut send = Vec::new();
+        let mut counts = vec![0usize; ranks];
+        for (to, m, compress) in outgoing {
+            if to >= ranks {
+                return Err(ExecError::Invalid(format!(
+                    "rank {me}: a tensor planned for rank {to} of {ranks}"
+                )));
+            }
             let header = Piece {
                 step: m.key.step,
                 index: m.key.slot,
@@ -66,10 +74,11 @@ impl Loader<'_> {
                 Payload::Parts => self.parts.remove(&m.key).map(|(_, d)| d),
                 Payload::Samples => self.samples.remove(&(m.key.step, m.key.slot)).map(|s| s.data),
             };
+            let before = send.len();
             let packed = match (m.ok, data) {
                 (true, Some(data)) => {
                     self.measure_zstd(&data);
-                    exchange::pack_data(&mut blocks[to], &header, &data, compress)
+                    exchange::pack_data(&mut send, &header, &data, compress)
                 }
                 (true, None) => {
                     return Err(ExecError::Invalid(format!(
@@ -77,28 +86,24 @@ impl Loader<'_> {
                         m.key.part, m.key.slot, m.key.step
                     )))
                 }
-                (false, _) => {
-                    exchange::pack(&mut blocks[to], &Piece { ok: false, shape: [0; 4], ..header }, false)
-                }
+                (false, _) => exchange::pack(&mut send, &Piece { ok: false, shape: [0; 4], ..header }, false),
             };
             packed.map_err(|e| ExecError::Invalid(e.to_string()))?;
+            counts[to] += send.len() - before;
         }
-        let ranks_n = blocks.len();
-        let dense = |ranks: &[usize]| {
-            let mut flags = vec![false; ranks_n];
-            for &r in ranks.iter().filter(|&&r| r < ranks_n) {
+        let flags = |listed: &[usize]| {
+            let mut flags = vec![false; ranks];
+            for &r in listed.iter().filter(|&&r| r < ranks) {
                 flags[r] = true;
             }
             flags
         };
-        let (send, expect) = (dense(&order.send), dense(&order.expect));
-        let received = self.world.get().exchange_vec(&blocks, &send, &expect)?;
+        let received =
+            self.world.get().exchange_packed(&send, &counts, &flags(&order.send), &flags(&order.expect))?;
+        drop(send);
         let mut out = Vec::new();
-        for (q, block) in received.into_iter().enumerate() {
-            if q == me {
-                continue;
-            }
-            for piece in exchange::unpack(&block).map_err(|e| ExecError::Invalid(e.to_string()))? {
+        for q in (0..ranks).filter(|&q| q != me) {
+            for piece in exchange::unpack(received.block(q)).map_err(|e| ExecError::Invalid(e.to_string()))? {
                 let bytes = (exchange::HEADER + piece.data.len()) as u64;
                 let key = PartKey { step: piece.step, slot: piece.index, part: piece.part };
                 if piece.ok && piece.shape.iter().product::<usize>() != piece.data.len() {
