@@ -61,6 +61,10 @@ pub struct SimArgs {
     /// `--data`: per-step input hand-over overhead of the real loader, seconds.
     #[arg(long, default_value_t = 0.0)]
     pub overhead_s: f64,
+    /// `--data`: plan without agreeing on a hash of the plans each round, like `train
+    /// --no-check-plan` (by default the simulated loader checks, as `train` does).
+    #[arg(long)]
+    pub no_check_plan: bool,
     /// `--data`: the decode-cost calibration (`datahelix calibrate --json` output).
     #[arg(long, default_value = "scripts/workloads/calibration.json")]
     pub calibration: PathBuf,
@@ -77,6 +81,10 @@ pub struct SimArgs {
     /// Write the JSON document here.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// `--data`: write each policy's per-rank step records to `DIR/sim-<policy>.json`, in the
+    /// shape of `train --out` (`{"records": [...], "summary": {...}}`), to compare step by step.
+    #[arg(long, value_name = "DIR")]
+    pub records: Option<PathBuf>,
 }
 
 fn policies(arg: &str) -> Result<Vec<Policy>, CliError> {
@@ -194,10 +202,17 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
                 seed: args.seed.unwrap_or(0),
                 profile: args.profile,
                 overhead_s: args.overhead_s,
+                check_plan: !args.no_check_plan,
                 decode_scale: args.decode_scale,
             };
             let r = sim::run_data(dir, &cal, &run).map_err(CliError::usage)?;
             let pr = PolicyResult::of(&r);
+            if let Some(dir) = &args.records {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| CliError::usage(format!("--records {}: {e}", dir.display())))?;
+                let doc = json!({ "records": r.records, "summary": r.summary });
+                write_json(&doc, Some(&dir.join(format!("sim-{}.json", p.name()))))?;
+            }
             if !args.json {
                 println!(
                     "{:<16} {:>10.2} samples/s  miss {:.3}  p95 wait {:.1} ms  efficiency {:.2}",

@@ -402,6 +402,10 @@ pub struct DataRun {
     pub overhead_s: f64,
     /// Factor on every calibrated decode time.
     pub decode_scale: f64,
+    /// Whether every planning round agrees on a hash of the plans, as `train` does by default
+    /// (`--no-check-plan` turns it off): for the DataLoader-style baselines that makes each
+    /// round a collective, so a rank's planning ahead waits for the slowest rank.
+    pub check_plan: bool,
 }
 
 /// Simulates a `datahelix train` run on an indexed dataset folder.
@@ -451,7 +455,7 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         ship_margin_s: crate::exec::loader::DEFAULT_SHIP_MARGIN_S,
         ship_slack_s: crate::exec::loader::DEFAULT_SHIP_SLACK_S,
         split_above_s: None,
-        check_plan: false,
+        check_plan: run.check_plan,
     };
     simulate(&cfg, &SimData::new(descriptors, decode_s)?)
 }

@@ -41,7 +41,7 @@ enum Stage {
     /// Records (when needed) and planning of the steps `from ..= current + L` not planned yet.
     Round { current: u64, from: u64 },
     /// Plans `todo` and submits this rank's jobs (after the records were filed).
-    Plan { current: u64, todo: Vec<u64> },
+    Plan { current: u64, todo: Vec<u64>, check: bool },
     /// All ranks agree on this round's plans and on the collectives issued so far.
     Agree { value: u64, steps: Vec<u64> },
     /// Collecting step `s`: its exchange when it moves tensors, then the own decodes.
@@ -372,8 +372,11 @@ impl Engine {
                     return Ok(None);
                 }
                 // The DataLoader-style baselines plan from the sampler alone: they gather records
-                // once, for everyone's worker counts, and never again.
-                if !agreed.has_states() || cfg.policy.uses_records() || cfg.check_plan {
+                // once, for everyone's worker counts, and never again — like the loaders they
+                // stand for, they add no collective to a step (so `check_plan` checks them at
+                // that first round only; later plans follow from the sampler, which the start-up
+                // fingerprint covers).
+                if !agreed.has_states() || cfg.policy.uses_records() {
                     self.record.step = current;
                     self.record.queued_cpu_s = self.outstanding.values().sum();
                     (self.record.zstd_ratio, self.record.zstd_bps) = self.zstd;
@@ -381,10 +384,10 @@ impl Engine {
                     self.waiting = Some(Waiting::Records { current, todo });
                     return Ok(Some(Action::Gather(bytes)));
                 }
-                self.stages.push_front(Stage::Plan { current, todo });
+                self.stages.push_front(Stage::Plan { current, todo, check: false });
                 Ok(None)
             }
-            Stage::Plan { current, todo } => {
+            Stage::Plan { current, todo, check } => {
                 let last = self.last_exchange();
                 let mut jobs = Vec::new();
                 let mut hash = Fnv::default();
@@ -395,7 +398,7 @@ impl Engine {
                     self.counters.predicted_misses += p.plan.predicted_misses;
                     jobs.extend(self.requests(&p));
                 }
-                if agreed.config().check_plan {
+                if check {
                     hash.u64(self.schedule.finish());
                     self.stages.push_front(Stage::Agree { value: hash.finish(), steps: todo });
                 }
@@ -765,7 +768,8 @@ impl Engine {
                     worker_millicores: self.worker_millicores,
                     ..StepRecord::default()
                 };
-                self.stages.push_front(Stage::Plan { current, todo });
+                let check = agreed.config().check_plan;
+                self.stages.push_front(Stage::Plan { current, todo, check });
             }
             (Waiting::Agree { steps }, Event::Agreed(same)) => {
                 if !same {

@@ -36,11 +36,13 @@
 //! | [`Call::Prepare`] (after `Next(s)`) | if `moves(s+1)`: one exchange of what of `s+1` is decoded already; a round |
 //! | [`Call::Ship`] (near the end of step `s`) | if `moves(s+1)`: an exchange of what of `s+1` is decoded; a wait (local) until shortly before the slowest rank's predicted end; a second exchange of `s+1` |
 //!
-//! A *round* all-gathers every rank's [`crate::plan::record::StepRecord`] (the DataLoader-style
-//! baselines only at the first round, unless `check_plan`), plans the steps up to `s + L` not
-//! planned yet, and — with `check_plan` — all-reduces a hash of those plans and of the
-//! collectives this rank has issued so far, so that a rank whose inputs, build or schedule
-//! differ is named at once instead of hanging. An exchange is pairwise: a pair of ranks meets
+//! A *round* all-gathers every rank's [`crate::plan::record::StepRecord`], plans the steps up to
+//! `s + L` not planned yet, and — with `check_plan` — all-reduces a hash of those plans and of
+//! the collectives this rank has issued so far, so that a rank whose inputs, build or schedule
+//! differ is named at once instead of hanging. The DataLoader-style baselines (`rank-local`,
+//! `post-balance`) plan from the sampler alone and, like the loaders they stand for, add no
+//! collective to a step: only their first round gathers (for everyone's worker counts) and
+//! checks; their later rounds are local. An exchange is pairwise: a pair of ranks meets
 //! only when the plan puts a tensor between them that is not yet across (both sides know that
 //! from the plan and from their earlier exchanges); every rank still enters it.
 //!
