@@ -32,6 +32,10 @@ fn main() {
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown".to_string());
     println!("cargo:rustc-env=DATAHELIX_BUILD_COMMIT={commit}");
+    // The shared library's soname carries the ABI's major version (libdatahelix.so.0), as
+    // scripts/install.sh installs it; DH_VERSION_MAJOR in the header must match (src/ffi/mod.rs).
+    let major = std::env::var("CARGO_PKG_VERSION_MAJOR").unwrap_or_else(|_| "0".into());
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libdatahelix.so.{major}");
 
     let missing: Vec<&str> = FFMPEG_LIBS.iter().copied().filter(|l| !pkg_config_has(l)).collect();
     if !missing.is_empty() {

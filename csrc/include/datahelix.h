@@ -34,6 +34,23 @@
 #include <stdint.h>
 
 /**
+ * The version of the header a program was compiled against (`#if DH_VERSION_MAJOR == 0 …`):
+ * the major number is the shared library's soname (`libdatahelix.so.0`), bumped on every
+ * incompatible change of the ABI; `dh_version()` says which library runs.
+ */
+#define DH_VERSION_MAJOR 0
+
+/**
+ * See DH_VERSION_MAJOR: new functions or fields at the ends of growable structs.
+ */
+#define DH_VERSION_MINOR 1
+
+/**
+ * See DH_VERSION_MAJOR: fixes only.
+ */
+#define DH_VERSION_PATCH 0
+
+/**
  * `dh_tensor.dtype`: unsigned 8-bit integers (packed RGB24 frames).
  */
 #define DH_DTYPE_U8 0
@@ -176,8 +193,16 @@ typedef struct dh_accelerator {
  * A step's wait is the time `dh_loader_next` blocked; a step is a miss when it waited more
  * than 1 ms (`miss_rate`) or 10 ms (`miss_rate_10ms`); a step ends when it is reported with
  * `dh_loader_report_step` (or, if never reported, when the next one is asked for).
+ *
+ * The struct grows at its end between versions: set `struct_size = sizeof(dh_metrics)` before
+ * calling `dh_loader_metrics`, which writes only the fields that fit in both the caller's and
+ * the library's struct and sets `struct_size` to the bytes it wrote.
  */
 typedef struct dh_metrics {
+  /**
+   * Set by the caller to `sizeof(dh_metrics)`; on return, the bytes the library wrote.
+   */
+  size_t struct_size;
   /**
    * Steps measured.
    */
@@ -475,8 +500,12 @@ dh_result dh_loader_report_step(struct dh_loader *loader, double accel_seconds);
 dh_result dh_loader_all_reduce_sum(struct dh_loader *loader, double *values, size_t count);
 
 /**
- * Writes what the loader measured on this rank (see `dh_metrics`) to `*metrics_out`. Works in
- * any state, also after close or a failure. Fails with `DH_NULL_PARAMETER` only.
+ * Writes what the loader measured on this rank (see `dh_metrics`) to `*metrics_out`, whose
+ * `struct_size` the caller set to `sizeof(dh_metrics)`: the fields that fit in both its struct
+ * and this library's are written and `struct_size` becomes the bytes written (a caller built
+ * against a newer, longer header keeps its extra fields untouched). Works in any state, also
+ * after close or a failure. Fails with `DH_NULL_PARAMETER`, or `DH_INVALID_PARAMETER` when
+ * `struct_size` is smaller than the first `dh_metrics` with that field (e.g. left unset).
  */
 dh_result dh_loader_metrics(const struct dh_loader *loader, struct dh_metrics *metrics_out);
 

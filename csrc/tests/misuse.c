@@ -180,8 +180,24 @@ int main(int argc, char **argv) {
   EXPECT(DH_CLOSED, dh_loader_prepare_ahead(loader));
   EXPECT(DH_CLOSED, dh_loader_ship_ahead(loader, 0.01));
   EXPECT(DH_CLOSED, dh_loader_all_reduce_sum(loader, &x, 1));
+  /* struct_size: unset is refused with a message; a caller built against a longer future
+     dh_metrics gets this build's fields and its extra bytes untouched. */
+  memset(&m, 0, sizeof m);
+  EXPECT(DH_INVALID_PARAMETER, dh_loader_metrics(loader, &m));
+  ASSERT(strstr(dh_test_message(), "struct_size") != NULL);
+  struct {
+    dh_metrics v;
+    uint64_t later_field;
+  } longer;
+  memset(&longer, 0, sizeof longer);
+  longer.v.struct_size = sizeof longer;
+  longer.later_field = 0xfeedULL;
+  CHECK(dh_loader_metrics(loader, &longer.v));
+  ASSERT(longer.v.struct_size == sizeof(dh_metrics) && longer.later_field == 0xfeedULL);
+  ASSERT(longer.v.steps == 2);
+  m.struct_size = sizeof m;
   CHECK(dh_loader_metrics(loader, &m));
-  ASSERT(m.steps == 2);
+  ASSERT(m.steps == 2 && m.struct_size == sizeof m);
   CHECK(dh_loader_world(loader, &rank, &size));
   dh_loader_free(loader);
   dh_loader_free(NULL);

@@ -189,6 +189,7 @@ int main(int argc, char **argv) {
   }
   dh_metrics m;
   memset(&m, 0, sizeof m);
+  m.struct_size = sizeof m;
   CHECK(dh_loader_metrics(loader, &m));
   ASSERT(m.steps == steps);
   dh_loader_free(loader);

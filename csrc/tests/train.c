@@ -104,8 +104,9 @@ int main(int argc, char **argv) {
   EXPECT(DH_END, dh_loader_next(loader, 0, &extra));
   ASSERT(extra == NULL);
 
-  dh_metrics m;
+  dh_metrics m = {.struct_size = sizeof(dh_metrics)};
   CHECK(dh_loader_metrics(loader, &m));
+  ASSERT(m.struct_size == sizeof(dh_metrics));
   ASSERT(m.steps == steps);
   ASSERT(m.throughput > 0 && m.wall_s > 0 && m.accel_s > 0);
   ASSERT(m.miss_rate >= 0 && m.miss_rate <= 1 && m.p95_wait_s <= m.max_wait_s + 1e-12);

@@ -49,9 +49,15 @@ pub struct dh_tensor {
 /// A step's wait is the time `dh_loader_next` blocked; a step is a miss when it waited more
 /// than 1 ms (`miss_rate`) or 10 ms (`miss_rate_10ms`); a step ends when it is reported with
 /// `dh_loader_report_step` (or, if never reported, when the next one is asked for).
+///
+/// The struct grows at its end between versions: set `struct_size = sizeof(dh_metrics)` before
+/// calling `dh_loader_metrics`, which writes only the fields that fit in both the caller's and
+/// the library's struct and sets `struct_size` to the bytes it wrote.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct dh_metrics {
+    /// Set by the caller to `sizeof(dh_metrics)`; on return, the bytes the library wrote.
+    pub struct_size: usize,
     /// Steps measured.
     pub steps: u64,
     /// Samples delivered on this rank in those steps.
@@ -356,6 +362,7 @@ impl dh_loader {
             bytes_in += r.bytes_in;
         }
         dh_metrics {
+            struct_size: std::mem::size_of::<dh_metrics>(),
             steps: s.steps,
             samples: s.delivered,
             skipped: s.skipped,
@@ -732,8 +739,16 @@ pub extern "C" fn dh_loader_all_reduce_sum(
     })
 }
 
-/// Writes what the loader measured on this rank (see `dh_metrics`) to `*metrics_out`. Works in
-/// any state, also after close or a failure. Fails with `DH_NULL_PARAMETER` only.
+/// The smallest `dh_metrics` a caller may pass: the struct as it was when `struct_size` came
+/// (through `rebalances_skipped`). Later versions only add fields after it.
+const METRICS_MIN_SIZE: usize = std::mem::offset_of!(dh_metrics, rebalances_skipped) + 8;
+
+/// Writes what the loader measured on this rank (see `dh_metrics`) to `*metrics_out`, whose
+/// `struct_size` the caller set to `sizeof(dh_metrics)`: the fields that fit in both its struct
+/// and this library's are written and `struct_size` becomes the bytes written (a caller built
+/// against a newer, longer header keeps its extra fields untouched). Works in any state, also
+/// after close or a failure. Fails with `DH_NULL_PARAMETER`, or `DH_INVALID_PARAMETER` when
+/// `struct_size` is smaller than the first `dh_metrics` with that field (e.g. left unset).
 #[no_mangle]
 pub extern "C" fn dh_loader_metrics(loader: *const dh_loader, metrics_out: *mut dh_metrics) -> dh_result {
     ffi_boundary!({
@@ -742,9 +757,27 @@ pub extern "C" fn dh_loader_metrics(loader: *const dh_loader, metrics_out: *mut 
         if metrics_out.is_null() {
             return Err(Error::null("metrics_out"));
         }
-        let m = loader.metrics();
-        // SAFETY: metrics_out is not NULL and points to a writable dh_metrics.
-        unsafe { metrics_out.write(m) };
+        // SAFETY: metrics_out is not NULL and points to a dh_metrics of at least METRICS_MIN_SIZE
+        // bytes whose leading `struct_size` the caller set (header contract); only that field is
+        // read before its value is checked.
+        let asked = unsafe { std::ptr::addr_of!((*metrics_out).struct_size).read_unaligned() };
+        if asked < METRICS_MIN_SIZE {
+            return Err(Error::new(
+                dh_result::DH_INVALID_PARAMETER,
+                format!(
+                    "dh_metrics.struct_size is {asked}; set it to sizeof(dh_metrics) ({} in this build) before dh_loader_metrics",
+                    std::mem::size_of::<dh_metrics>()
+                ),
+            ));
+        }
+        let mut m = loader.metrics();
+        let n = asked.min(std::mem::size_of::<dh_metrics>());
+        m.struct_size = n;
+        // SAFETY: the caller's struct holds `asked >= n` writable bytes; `m` is a plain-old-data
+        // repr(C) value of at least `n` bytes; the two do not overlap (m is on this stack).
+        unsafe {
+            std::ptr::copy_nonoverlapping((&m as *const dh_metrics).cast::<u8>(), metrics_out.cast::<u8>(), n)
+        };
         Ok(())
     })
 }

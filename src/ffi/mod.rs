@@ -142,6 +142,36 @@ pub(crate) unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str
     s.to_str().map_err(|_| Error::new(dh_result::DH_INVALID_PARAMETER, format!("{what} is not valid UTF-8")))
 }
 
+/// The version of the header a program was compiled against (`#if DH_VERSION_MAJOR == 0 …`):
+/// the major number is the shared library's soname (`libdatahelix.so.0`), bumped on every
+/// incompatible change of the ABI; `dh_version()` says which library runs.
+pub const DH_VERSION_MAJOR: u32 = 0;
+/// See DH_VERSION_MAJOR: new functions or fields at the ends of growable structs.
+pub const DH_VERSION_MINOR: u32 = 1;
+/// See DH_VERSION_MAJOR: fixes only.
+pub const DH_VERSION_PATCH: u32 = 0;
+
+/// A decimal number at compile time (the crate's version parts).
+const fn decimal(s: &str) -> u32 {
+    let b = s.as_bytes();
+    let (mut i, mut v) = (0, 0u32);
+    while i < b.len() {
+        assert!(b[i].is_ascii_digit(), "a version part is not a decimal number");
+        v = v * 10 + (b[i] - b'0') as u32;
+        i += 1;
+    }
+    v
+}
+
+// The header's macros are literals (cbindgen copies them): the build fails when they drift from
+// Cargo.toml's version, which names the library file and its soname (build.rs).
+const _: () = assert!(
+    DH_VERSION_MAJOR == decimal(env!("CARGO_PKG_VERSION_MAJOR"))
+        && DH_VERSION_MINOR == decimal(env!("CARGO_PKG_VERSION_MINOR"))
+        && DH_VERSION_PATCH == decimal(env!("CARGO_PKG_VERSION_PATCH")),
+    "DH_VERSION_MAJOR/MINOR/PATCH in src/ffi/mod.rs differ from Cargo.toml's version"
+);
+
 /// The library's version, e.g. `"datahelix 0.1.0"`: a static NUL-terminated string that the
 /// caller must not free. Thread-safe; never fails.
 #[no_mangle]

@@ -137,11 +137,26 @@ pub fn manifest_ids(dir: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// Links `lib/libdatahelix.so.0` (the soname a program linked with `-ldatahelix` asks the dynamic
+/// loader for) to the freshly built `libdatahelix.so`, as an install does (`scripts/install.sh`).
+pub fn soname_link(lib: &Path) {
+    let link = lib.join(format!("libdatahelix.so.{}", env!("CARGO_PKG_VERSION_MAJOR")));
+    if std::fs::read_link(&link).is_err() {
+        let _ = std::fs::remove_file(&link);
+        match std::os::unix::fs::symlink("libdatahelix.so", &link) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {} // a parallel test made it
+            Err(e) => panic!("cannot link {}: {e}", link.display()),
+        }
+    }
+}
+
 /// Compiles the C program `source` against `csrc/include/datahelix.h` and the `libdatahelix.so`
 /// in `lib` with `compiler` (`cc`, or `mpicc` for a program that calls MPI itself), warnings as
 /// errors, into `exe`; fails the test with the compiler's output otherwise.
 pub fn compile_c(compiler: &str, source: &Path, lib: &Path, exe: &Path) {
     assert!(lib.join("libdatahelix.so").exists(), "libdatahelix.so not built in {}", lib.display());
+    soname_link(lib);
     let mut cmd = Command::new(compiler);
     cmd.args([
         "-std=c11",

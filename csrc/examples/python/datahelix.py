@@ -42,6 +42,7 @@ class Metrics(ctypes.Structure):
     """``dh_metrics``."""
 
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("steps", ctypes.c_uint64),
         ("samples", ctypes.c_uint64),
         ("skipped", ctypes.c_uint64),
@@ -314,7 +315,7 @@ class Loader:
         return buf.value.decode()
 
     def metrics(self):
-        m = Metrics()
+        m = Metrics(struct_size=ctypes.sizeof(Metrics))
         _check(self._lib, "dh_loader_metrics", self._lib.dh_loader_metrics(self._handle, ctypes.byref(m)))
         return m.as_dict()
 
