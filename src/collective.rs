@@ -600,6 +600,23 @@ mod tests {
     }
 
     #[test]
+    fn packed_exchange_refuses_bytes_it_would_drop() {
+        let w = LocalWorld::new();
+        // One rank: nothing to send or receive; its own block passes through exchange_vec.
+        let got = w.exchange_packed(&[], &[0], &[false], &[false]).unwrap();
+        assert_eq!(got.block(0), b"");
+        assert_eq!(got.block(7), b"", "a rank outside the world has no block");
+        assert_eq!(w.exchange_vec(&[b"me".to_vec()], &[false], &[false]).unwrap(), vec![b"me".to_vec()]);
+        // Bytes for this rank itself, counts that do not cover the buffer, wrong lengths.
+        let e = w.exchange_packed(b"ab", &[2], &[true], &[false]).unwrap_err().to_string();
+        assert!(e.contains("2 bytes for rank 0") && e.contains("all_to_all_v"), "{e}");
+        let e = w.exchange_packed(b"abc", &[0], &[false], &[false]).unwrap_err().to_string();
+        assert!(e.contains("add up to 0 bytes but the send buffer holds 3"), "{e}");
+        let e = w.exchange_packed(&[], &[0, 0], &[false], &[false]).unwrap_err().to_string();
+        assert!(e.contains("2 send counts, 1 send flags and 1 expectations for 1 ranks"), "{e}");
+    }
+
+    #[test]
     fn layout_rejects_overlap_and_overflow() {
         let site = Site { rank: 1, op: CollectiveOp::AllGatherV, seq: 3, step: Some(9) };
         assert!(check_layout(site, "receive", 2, &[4, 4], &[0, 4], 8, true).is_ok());
