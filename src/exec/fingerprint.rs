@@ -188,14 +188,42 @@ pub fn differences(all: &[Fingerprint]) -> Option<String> {
 }
 
 /// All-gathers `mine` and compares: `Err` with the same message on every rank when any rank's
-/// job differs.
+/// job differs. The words travel with their count (an all-gather of the sizes first), so a rank
+/// running a build with more or fewer fields is named as such instead of truncating a
+/// fixed-size gather.
 pub fn check_same_job(world: &dyn Collective, mine: &Fingerprint) -> Result<(), String> {
-    let bytes = mine.encode();
-    let n = world.size();
-    let mut all = vec![0u8; bytes.len() * n];
-    world.all_gather(&bytes, &mut all).map_err(|e| e.to_string())?;
-    let prints: Vec<Fingerprint> =
-        all.chunks_exact(bytes.len().max(1)).map(|b| mine.decode_like(b)).collect();
+    let blocks = world.all_gather_v_vec(&mine.encode()).map_err(|e| e.to_string())?;
+    compare(mine, &blocks)
+}
+
+/// The comparison of [`check_same_job`] over every rank's words (`blocks[r]` from rank `r`).
+fn compare(mine: &Fingerprint, blocks: &[Vec<u8>]) -> Result<(), String> {
+    let mut widths: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (r, b) in blocks.iter().enumerate() {
+        // Words of 8 bytes; anything else is no fingerprint at all.
+        let w = if b.len() % 8 == 0 { b.len() / 8 } else { usize::MAX };
+        match widths.iter_mut().find(|g| g.0 == w) {
+            Some(g) => g.1.push(r),
+            None => widths.push((w, vec![r])),
+        }
+    }
+    let prints: Vec<Fingerprint> = blocks.iter().map(|b| mine.decode_like(b)).collect();
+    if widths.len() > 1 {
+        let held: Vec<String> = widths
+            .iter()
+            .map(|(w, rs)| match *w {
+                usize::MAX => format!("an unreadable one on {}", ranks_text(rs)),
+                w => format!("{w} fields on {}", ranks_text(rs)),
+            })
+            .collect();
+        let common = differences(&prints).map(|t| format!("; of the fields they share these differ:\n{t}"));
+        return Err(format!(
+            "the ranks run different builds of DataHelix: their job fingerprints have {}{}\nDeploy one \
+             build everywhere and start again",
+            held.join(", "),
+            common.unwrap_or_default()
+        ));
+    }
     let unready: Vec<usize> = prints
         .iter()
         .enumerate()
@@ -223,6 +251,25 @@ pub fn check_same_job(world: &dyn Collective, mine: &Fingerprint) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_build_with_other_fields_is_named_not_truncated() {
+        let mine = Fingerprint::from_fields(&[("ready", 1), ("build", 0xaa), ("seed", 7)]);
+        let longer = Fingerprint::from_fields(&[("ready", 1), ("build", 0xbb), ("seed", 7), ("new", 1)]);
+        let blocks = vec![mine.encode(), longer.encode(), mine.encode()];
+        let e = compare(&mine, &blocks).unwrap_err();
+        assert!(
+            e.contains("different builds") && e.contains("3 fields on ranks [0, 2], 4 fields on rank [1]"),
+            "{e}"
+        );
+        assert!(
+            e.contains("build: 0x00000000000000aa on ranks [0, 2], 0x00000000000000bb on rank [1]"),
+            "{e}"
+        );
+        let e = compare(&mine, &[mine.encode(), vec![1, 2, 3]]).unwrap_err();
+        assert!(e.contains("an unreadable one on rank [1]"), "{e}");
+        assert_eq!(compare(&mine, &[mine.encode(), mine.encode()]), Ok(()));
+    }
 
     #[test]
     fn equal_prints_have_no_differences() {
