@@ -10,7 +10,7 @@ DH_PACKAGES=(
   libopenmpi-dev openmpi-bin
   clang libclang-dev pkg-config
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
-  valgrind g++ python3-numpy
+  valgrind g++ python3-numpy python3-venv
 )
 
 dh_missing_packages() {
@@ -38,6 +38,26 @@ export OMPI_MCA_hwloc_base_binding_policy=none
 # Loopback-only machines: keep Open MPI off the (absent) fabrics and quiet about it.
 export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader,tcp}
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+
+# The project's own Python environment: torch, numpy and maturin for the Python package's tests
+# (python/requirements-dev.txt), never in the system Python. DATAHELIX_VENV moves it.
+DH_VENV=${DATAHELIX_VENV:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv}
+export DH_VENV
+dh_requirements=$(dirname "${BASH_SOURCE[0]}")/../python/requirements-dev.txt
+if ! "$DH_VENV/bin/python" - "$dh_requirements" >/dev/null 2>&1 <<'PYEOF'
+import sys
+from importlib.metadata import version
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if line:
+        name, want = line.split("==")
+        assert version(name) == want, (name, version(name), want)
+PYEOF
+then
+  echo "setup: making or updating the Python environment $DH_VENV (torch and MindSpore, ~5 GB on first install)" >&2
+  python3 -m venv "$DH_VENV" >&2
+  "$DH_VENV/bin/pip" install -q -r "$dh_requirements" >&2
+fi
 
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found; install Rust (rustup) first: https://rustup.rs" >&2

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # All of DataHelix's tests: Rust unit and integration tests (multi-rank ones launch mpirun),
-# formatting, and the benches compiled and run once in test mode.
+# formatting, the benches compiled and run once in test mode, and the Python package's tests
+# (scripts/test_python.sh: wheel, fresh virtual environment, PyTorch DDP under mpirun).
 #
 #   scripts/test.sh
 set -euo pipefail
@@ -22,3 +23,5 @@ cargo test --workspace --all-targets
 cargo test --workspace --doc
 echo "== HCCL backend against the host-memory emulator" >&2
 cargo test --features hccl --test collective_hccl --test collective_hccl_errors --test train_backends
+echo "== Python package, PyTorch" >&2
+scripts/test_python.sh

@@ -129,6 +129,18 @@ impl std::ops::Deref for Tensor {
     }
 }
 
+impl Tensor {
+    /// Takes the bytes out of the pool without copying them: the buffer stops counting in the
+    /// pool's byte budget (decoding goes on as if it had been dropped) and is freed, not reused,
+    /// when the returned vector is. For callers that keep tensors for as long as they like (the
+    /// Python package), where a kept tensor must not stall decoding.
+    pub fn detach(mut self) -> Vec<u8> {
+        let buf = std::mem::take(&mut self.buf);
+        self.pool.forget(buf.capacity());
+        buf
+    }
+}
+
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Tensor({} bytes)", self.buf.len())
@@ -249,6 +261,14 @@ impl Buffers {
             }
             st = self.returned.wait(st).unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// A buffer of `capacity` bytes left the pool for good ([`Tensor::detach`]).
+    fn forget(&self, capacity: usize) {
+        let mut st = self.lock();
+        st.allocated = st.allocated.saturating_sub(capacity);
+        drop(st);
+        self.returned.notify_all();
     }
 
     fn release(&self, buf: Vec<u8>) {
@@ -543,5 +563,21 @@ mod tests {
         b.close();
         assert!(b.acquire(100).is_none(), "closed pools hand out nothing");
         drop(z);
+    }
+
+    #[test]
+    fn a_detached_tensor_leaves_the_budget_and_keeps_its_bytes() {
+        let b = Arc::new(buffers(150));
+        let mut buf = b.acquire(100).unwrap();
+        buf.fill(7);
+        let kept = Tensor { buf, pool: Arc::clone(&b) }.detach();
+        assert_eq!(b.lock().allocated, 0, "the detached buffer no longer counts");
+        // The budget is free again while the detached bytes live on (no wait here).
+        let again = b.acquire(100).unwrap();
+        assert_eq!(b.lock().allocated, 100);
+        assert!(kept.len() == 100 && kept.iter().all(|&x| x == 7));
+        b.release(again);
+        drop(kept);
+        assert_eq!(b.lock().free.len(), 1, "only the pooled buffer returned");
     }
 }

@@ -199,6 +199,17 @@ pub enum TensorData {
     Owned(Vec<u8>),
 }
 
+impl TensorData {
+    /// The bytes as a vector of their own, without a copy; a pooled buffer leaves the pool's
+    /// budget ([`Tensor::detach`]).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self {
+            TensorData::Pooled(t) => t.detach(),
+            TensorData::Owned(v) => v,
+        }
+    }
+}
+
 impl std::ops::Deref for TensorData {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

@@ -77,8 +77,13 @@ impl dh_config {
         Ok(dh_config { loader: LoaderConfig::new(PathBuf::new()), comm, warmup: 0, resume: None })
     }
 
-    /// Sets one key from its text form.
-    pub(crate) fn set(&mut self, key: &str, value: &str) -> Result<(), Error> {
+    /// The defaults of [`dh_config_new`], for Rust bindings.
+    pub fn new() -> Result<dh_config, Error> {
+        dh_config::defaults()
+    }
+
+    /// Sets one key from its text form (the keys and values of `dh_config_set`).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), Error> {
         let l = &mut self.loader;
         match key {
             "data" => {

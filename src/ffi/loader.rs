@@ -225,8 +225,26 @@ fn open_loader(config: &dh_config, comm: Option<CallerComm>) -> Result<dh_loader
     })
 }
 
+/// The safe methods behind the `dh_loader_*` functions, for Rust bindings (the Python package):
+/// the same checks, errors and metrics as C. Not thread-safe, as the C handle.
 impl dh_loader {
-    fn open(&mut self) -> Result<&mut Loader<'static>, Error> {
+    /// Opens this rank's loader on `MPI_COMM_WORLD` (see `dh_loader_new`). **Collective.**
+    pub fn open(config: &dh_config) -> Result<dh_loader, Error> {
+        open_loader(config, None)
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The open loader, or why there is none.
+    fn live(&mut self) -> Result<&mut Loader<'static>, Error> {
         match &mut self.state {
             State::Open(loader) => Ok(loader),
             State::Failed(why) => Err(Error::new(
@@ -242,14 +260,12 @@ impl dh_loader {
     }
 
     fn next(&mut self, timeout_ms: u32) -> Result<dh_batch, Error> {
-        self.open()?;
-        if self.delivered >= self.steps {
-            return Err(Error::new(
-                dh_result::DH_END,
-                format!("all {} configured steps were delivered", self.steps),
-            ));
-        }
-        if timeout_ms != 0 && self.mpi && (timeout_ms as f64) < self.watchdog_s * 1e3 {
+        self.live()?;
+        if self.delivered < self.steps
+            && timeout_ms != 0
+            && self.mpi
+            && (timeout_ms as f64) < self.watchdog_s * 1e3
+        {
             return Err(Error::new(
                 dh_result::DH_UNSUPPORTED,
                 format!(
@@ -259,21 +275,9 @@ impl dh_loader {
                 ),
             ));
         }
-        let start_s = self.now();
-        if let (true, Some(last)) = (std::mem::take(&mut self.unreported), self.history.last_mut()) {
-            last.end_s = start_s;
-        }
-        let result = self.open()?.next_batch();
-        let batch = match result {
-            Ok(b) => b,
-            Err(e) => {
-                let e = exec_error(e);
-                self.state = State::Failed(e.message.clone());
-                return Err(e);
-            }
-        };
-        self.delivered += 1;
-        self.counters = self.open()?.counters();
+        let batch = self.next_batch()?.ok_or_else(|| {
+            Error::new(dh_result::DH_END, format!("all {} configured steps were delivered", self.steps))
+        })?;
         let ids: Vec<u64> = batch.samples.iter().map(|s| s.id).collect();
         let tensors = batch
             .samples
@@ -288,13 +292,38 @@ impl dh_loader {
                 nbytes: s.data.len() as u64,
             })
             .collect();
+        Ok(dh_batch { batch, ids, tensors })
+    }
+
+    /// Blocks until this rank's batch of the next step is ready (see `dh_loader_next`); `None`
+    /// once the configured steps were delivered. **Collective.** A failure fails the loader.
+    pub fn next_batch(&mut self) -> Result<Option<Batch>, Error> {
+        self.live()?;
+        if self.delivered >= self.steps {
+            return Ok(None);
+        }
+        let start_s = self.now();
+        if let (true, Some(last)) = (std::mem::take(&mut self.unreported), self.history.last_mut()) {
+            last.end_s = start_s;
+        }
+        let result = self.live()?.next_batch();
+        let batch = match result {
+            Ok(b) => b,
+            Err(e) => {
+                let e = exec_error(e);
+                self.state = State::Failed(e.message.clone());
+                return Err(e);
+            }
+        };
+        self.delivered += 1;
+        self.counters = self.live()?.counters();
         let now = self.now();
         self.history.push(RankStep {
             rank: self.rank as u32,
             step: batch.step,
             input_wait_s: batch.input_wait_s,
             gpu_s: 0.0,
-            ids: ids.clone(),
+            ids: batch.samples.iter().map(|s| s.id).collect(),
             skipped: batch.skipped.clone(),
             start_s,
             end_s: now,
@@ -305,7 +334,47 @@ impl dh_loader {
             tensor_checksum: None,
         });
         self.unreported = true;
-        Ok(dh_batch { batch, ids, tensors })
+        Ok(Some(batch))
+    }
+
+    /// Plans ahead and sends what others still need of the step just delivered (see
+    /// `dh_loader_prepare_ahead`). **Collective.** A failure fails the loader.
+    pub fn prepare_ahead(&mut self) -> Result<(), Error> {
+        self.ahead(|l| l.prepare_ahead())
+    }
+
+    /// Ships the next step's tensors before the accelerator step ends, `seconds_to_step_end`
+    /// from now (see `dh_loader_ship_ahead`). **Collective.** A failure fails the loader.
+    pub fn ship_ahead(&mut self, seconds_to_step_end: f64) -> Result<(), Error> {
+        if !(seconds_to_step_end.is_finite() && seconds_to_step_end >= 0.0) {
+            return Err(Error::new(
+                dh_result::DH_INVALID_PARAMETER,
+                format!("seconds to the step's end {seconds_to_step_end} must be finite and non-negative"),
+            ));
+        }
+        // A day bounds the wait (and keeps the instant representable).
+        let step_end = Instant::now() + Duration::from_secs_f64(seconds_to_step_end.min(86_400.0));
+        self.ahead(|l| l.ship_ahead(step_end))
+    }
+
+    /// Where the run stands, as the JSON document of `dh_loader_state` (the `resume` setting).
+    pub fn state_json(&mut self) -> Result<String, Error> {
+        Ok(self.live()?.state().to_json())
+    }
+
+    /// Sums `values` over all ranks in place (see `dh_loader_all_reduce_sum`). **Collective.**
+    pub fn all_reduce_sum(&mut self, values: &mut [f64]) -> Result<(), Error> {
+        let world = self.live()?.world();
+        world
+            .all_reduce_f64(values, ReduceOp::Sum)
+            .map_err(|e| Error::new(dh_result::DH_COLLECTIVE, e.to_string()))
+    }
+
+    /// Stops the loader (see `dh_loader_close`). **Collective.** A no-op when closed or failed.
+    pub fn close(&mut self) {
+        if let State::Open(_) = self.state {
+            self.state = State::Closed;
+        }
     }
 
     /// Runs one of the loader's collective steps; a failure fails the loader, as in `next`.
@@ -313,7 +382,7 @@ impl dh_loader {
         &mut self,
         work: impl FnOnce(&mut Loader<'static>) -> Result<(), ExecError>,
     ) -> Result<(), Error> {
-        let result = work(self.open()?);
+        let result = work(self.live()?);
         if let Err(e) = result {
             let e = exec_error(e);
             self.state = State::Failed(e.message.clone());
@@ -322,21 +391,22 @@ impl dh_loader {
         Ok(())
     }
 
-    fn report(&mut self, accel_s: f64) -> Result<(), Error> {
+    /// Reports the accelerator seconds of the step delivered last (see `dh_loader_report_step`).
+    pub fn report_step(&mut self, accel_s: f64) -> Result<(), Error> {
         if !(accel_s.is_finite() && accel_s >= 0.0) {
             return Err(Error::new(
                 dh_result::DH_INVALID_PARAMETER,
                 format!("accelerator seconds {accel_s} must be finite and non-negative"),
             ));
         }
-        self.open()?;
+        self.live()?;
         if !std::mem::take(&mut self.unreported) {
             return Err(Error::new(
                 dh_result::DH_INVALID_PARAMETER,
                 "no step to report: each step is reported once, after dh_loader_next returned its batch",
             ));
         }
-        let result = self.open()?.report_step(accel_s);
+        let result = self.live()?.report_step(accel_s);
         result.map_err(exec_error)?;
         let now = self.now();
         if let Some(last) = self.history.last_mut() {
@@ -346,7 +416,8 @@ impl dh_loader {
         Ok(())
     }
 
-    fn metrics(&self) -> dh_metrics {
+    /// What the loader measured on this rank (see `dh_metrics`). Works in any state.
+    pub fn metrics(&self) -> dh_metrics {
         let mut history = self.history.clone();
         if self.unreported {
             if let Some(last) = history.last_mut() {
@@ -473,7 +544,7 @@ pub extern "C" fn dh_loader_state(
         if needed_out.is_null() {
             return Err(Error::null("needed_out"));
         }
-        let text = loader.open()?.state().to_json();
+        let text = loader.state_json()?;
         let bytes = text.as_bytes();
         if !buf.is_null() && len > 0 {
             let n = bytes.len().min(len - 1);
@@ -557,7 +628,7 @@ pub extern "C" fn dh_loader_prepare_ahead(loader: *mut dh_loader) -> dh_result {
     ffi_boundary!({
         // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
         let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
-        loader.ahead(|l| l.prepare_ahead())
+        loader.prepare_ahead()
     })
 }
 
@@ -574,15 +645,7 @@ pub extern "C" fn dh_loader_ship_ahead(loader: *mut dh_loader, seconds_to_step_e
     ffi_boundary!({
         // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
         let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
-        if !(seconds_to_step_end.is_finite() && seconds_to_step_end >= 0.0) {
-            return Err(Error::new(
-                dh_result::DH_INVALID_PARAMETER,
-                format!("seconds to the step's end {seconds_to_step_end} must be finite and non-negative"),
-            ));
-        }
-        // A day bounds the wait (and keeps the instant representable).
-        let step_end = Instant::now() + Duration::from_secs_f64(seconds_to_step_end.min(86_400.0));
-        loader.ahead(|l| l.ship_ahead(step_end))
+        loader.ship_ahead(seconds_to_step_end)
     })
 }
 
@@ -698,7 +761,7 @@ pub extern "C" fn dh_loader_report_step(loader: *mut dh_loader, accel_seconds: f
     ffi_boundary!({
         // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
         let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
-        loader.report(accel_seconds)
+        loader.report_step(accel_seconds)
     })
 }
 
@@ -718,19 +781,12 @@ pub extern "C" fn dh_loader_all_reduce_sum(
         if values.is_null() && count > 0 {
             return Err(Error::null("values"));
         }
-        let State::Open(open) = &loader.state else {
-            loader.open()?;
-            return Ok(());
-        };
-        let world = open.world();
         let mut buf = vec![0.0; count];
         if count > 0 {
             // SAFETY: values is not NULL and holds count readable doubles (header contract).
             buf.copy_from_slice(unsafe { std::slice::from_raw_parts(values, count) });
         }
-        world
-            .all_reduce_f64(&mut buf, ReduceOp::Sum)
-            .map_err(|e| Error::new(dh_result::DH_COLLECTIVE, e.to_string()))?;
+        loader.all_reduce_sum(&mut buf)?;
         if count > 0 {
             // SAFETY: values holds count writable doubles; buf is a distinct allocation.
             unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), values, count) };
@@ -791,9 +847,7 @@ pub extern "C" fn dh_loader_close(loader: *mut dh_loader) -> dh_result {
     ffi_boundary!({
         // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
         let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
-        if let State::Open(_) = loader.state {
-            loader.state = State::Closed;
-        }
+        loader.close();
         Ok(())
     })
 }

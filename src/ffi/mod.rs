@@ -8,6 +8,26 @@
 //!
 //! All of the crate's C-facing `unsafe` lives in this module, each block with its `SAFETY:`.
 //!
+//! The same handles serve Rust bindings (the Python package in `python/`) through safe methods:
+//! [`config::dh_config::new`] and [`set`](config::dh_config::set), [`loader::dh_loader::open`],
+//! [`next_batch`](loader::dh_loader::next_batch), [`report_step`](loader::dh_loader::report_step)
+//! and the rest, so every binding gets the same checks, errors and metrics as C:
+//!
+//! ```no_run
+//! use datahelix::ffi::{config::dh_config, loader::dh_loader};
+//!
+//! let mut config = dh_config::new()?;
+//! config.set("data", "data/tiny")?;
+//! config.set("steps", "4")?;
+//! let mut loader = dh_loader::open(&config)?;
+//! while let Some(batch) = loader.next_batch()? {
+//!     // ... the training step on batch.samples ...
+//!     loader.report_step(0.01)?;
+//! }
+//! loader.close();
+//! # Ok::<(), datahelix::ffi::Error>(())
+//! ```
+//!
 //! Objects: [`config::dh_config`] (how to load), [`loader::dh_loader`] (one rank's loader,
 //! owning its world), [`loader::dh_batch`] (one step's samples, with zero-copy
 //! [`loader::dh_tensor`] views). See `docs/c-abi.md`.
@@ -59,14 +79,33 @@ pub enum dh_result {
     DH_OUT_OF_RANGE = 14,
 }
 
-/// The error behind a failed call: its code and message (kept for `dh_error_message`).
+/// The error behind a failed call: its code and message (kept for `dh_error_message`, and
+/// raised as a Python exception by the Python package).
 #[derive(Debug)]
-pub(crate) struct Error {
+pub struct Error {
     code: dh_result,
     message: String,
 }
 
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
 impl Error {
+    /// The `dh_result` a C caller gets.
+    pub fn code(&self) -> dh_result {
+        self.code
+    }
+
+    /// What went wrong and what to do (the text of `dh_error_message`).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     pub(crate) fn new(code: dh_result, message: impl Into<String>) -> Error {
         Error { code, message: message.into() }
     }

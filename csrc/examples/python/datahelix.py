@@ -1,5 +1,9 @@
 """DataHelix from Python through the C ABI: ctypes + numpy, no build step.
 
+The Python package (``pip install ./python``, ``import datahelix``) is what Python users want;
+this module shows the C ABI from Python and feeds the PyTorch C++ extension of
+``csrc/examples/pytorch`` (which takes a ``dh_batch*``).
+
     from datahelix import Loader
     with Loader(data="data/tiny", global_batch=16, steps=100) as loader:
         for batch in loader:                 # blocks for each step's batch (collective)
@@ -10,12 +14,14 @@
 
 Launch with ``mpirun -np R python3 script.py``. The library is found through ``DATAHELIX_LIB``
 (the path of libdatahelix.so) or in ``target/debug``/``target/release`` of this repository.
-Arrays view memory owned by the batch: they are valid until the batch is released, which the
-iterator does when the next batch is asked for (copy an array to keep it longer).
+Arrays view memory owned by the batch and keep it alive: the batch is released when the
+:class:`Batch` and every array of it are gone (or at :meth:`Batch.release`, after which its arrays
+must not be used).
 """
 
 import ctypes
 import os
+import sys
 import time
 
 import numpy as np
@@ -148,13 +154,30 @@ def _ids(lib, fn, handle):
     return [ptr[i] for i in range(n.value)]
 
 
+class _Owner:
+    """Owns one ``dh_batch*``: released when the last reference (the batch, or an array
+    viewing it) goes."""
+
+    def __init__(self, lib, handle):
+        self.lib, self.handle = lib, ctypes.c_void_p(handle)
+
+    def release(self):
+        if self.handle.value:
+            self.lib.dh_batch_release(ctypes.byref(self.handle))
+            self.handle = ctypes.c_void_p()
+
+    def __del__(self):
+        self.release()
+
+
 class Batch:
     """One step's samples on this rank: ``ids``, ``tensors`` (zero-copy numpy views),
-    ``tokens``, ``skipped``, ``input_wait_s``. Valid until :meth:`release`."""
+    ``tokens``, ``skipped``, ``input_wait_s``. Every array keeps the batch's memory alive."""
 
     def __init__(self, loader, handle):
         lib = loader._lib
         self._loader, self._lib, self._handle = loader, lib, ctypes.c_void_p(handle)
+        self._owner = _Owner(lib, handle)
         step, wait = ctypes.c_uint64(), ctypes.c_double()
         _check(lib, "dh_batch_step", lib.dh_batch_step(self._handle, ctypes.byref(step)))
         _check(lib, "dh_batch_input_wait", lib.dh_batch_input_wait(self._handle, ctypes.byref(wait)))
@@ -168,8 +191,11 @@ class Batch:
             _check(lib, "dh_batch_tokens", lib.dh_batch_tokens(self._handle, i, ctypes.byref(tok)))
             assert t.dtype == DH_DTYPE_U8 and t.device == DH_DEVICE_HOST
             shape = tuple(int(d) for d in t.shape[: t.ndim])
-            # A view of the batch's memory: no copy.
-            self.tensors.append(np.ctypeslib.as_array(t.data, shape=shape))
+            # A view of the batch's memory, no copy, that keeps the batch alive.
+            buf = (ctypes.c_uint8 * int(t.nbytes)).from_address(ctypes.addressof(t.data.contents)) \
+                if t.nbytes else (ctypes.c_uint8 * 0)()
+            buf._owner = self._owner
+            self.tensors.append(np.frombuffer(buf, dtype=np.uint8).reshape(shape))
             self.tokens.append(tok.value)
         self.reported = False
 
@@ -180,15 +206,19 @@ class Batch:
 
     def detach(self):
         """Hands the batch's ``dh_batch*`` (an int) to the caller, e.g. the PyTorch extension of
-        ``csrc/examples/pytorch``, which then releases it; this object forgets it."""
-        handle, self._handle = self._handle.value, ctypes.c_void_p()
+        ``csrc/examples/pytorch``, which then releases it; this object forgets it. Refused while
+        an array of the batch is alive elsewhere (it would outlive the memory)."""
         self.tensors = []
+        if sys.getrefcount(self._owner) > 2:  # self._owner and getrefcount's argument
+            raise RuntimeError("detach: arrays of this batch are still alive; drop them first")
+        handle, self._handle = self._handle.value, ctypes.c_void_p()
+        self._owner.handle = ctypes.c_void_p()
         return handle
 
     def release(self):
-        """Gives the tensors' memory back (the arrays must not be used afterwards)."""
+        """Gives the tensors' memory back now (the arrays must not be used afterwards)."""
         self.tensors = []
-        self._lib.dh_batch_release(ctypes.byref(self._handle))
+        self._owner.release()
 
 
 class Loader:
@@ -222,8 +252,9 @@ class Loader:
         return Batch(self, out.value)
 
     def __iter__(self):
-        """Yields batches; releases each one and reports its step time (the time the loop body
-        took, unless it called ``batch.report``) when the next one is asked for."""
+        """Yields batches and reports each step's time (the time the loop body took, unless it
+        called ``batch.report``) when the next one is asked for. A batch is freed with its last
+        reference (its arrays included)."""
         while True:
             batch = self.next_batch()
             if batch is None:
@@ -234,7 +265,7 @@ class Loader:
             finally:
                 if not batch.reported:
                     batch.report(time.perf_counter() - started)
-                batch.release()
+                del batch
 
     def train_step(self, launch, wait, seconds_left=None):
         """One training step, driven by the library (``dh_loader_step``): the next batch,

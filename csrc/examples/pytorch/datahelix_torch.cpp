@@ -1,11 +1,15 @@
 // PyTorch extension: wraps a DataHelix batch's tensors as torch uint8 tensors without copying.
-// Built only where PyTorch is installed (not in this repository's tests):
+// Built with torch.utils.cpp_extension (python/tests/torch_cpp_extension.py builds and runs it):
 //
 //   from torch.utils.cpp_extension import load
 //   ext = load("datahelix_torch", ["csrc/examples/pytorch/datahelix_torch.cpp"],
-//              extra_include_paths=["csrc/include"], extra_ldflags=["-Ltarget/debug", "-ldatahelix"])
+//              extra_include_paths=["csrc/include"],
+//              extra_ldflags=["-Ltarget/debug", "-ldatahelix", "-Wl,-rpath,target/debug"])
 //   batch = loader.next_batch()                     # csrc/examples/python/datahelix.py
 //   ids, frames = ext.wrap_batch(batch.detach())    # the extension now owns the batch
+//
+// (Python code wants the Python package instead: `torch.from_dlpack(batch.tensor(i))` does
+// this without a C++ build.)
 //
 // The batch is released when the last tensor viewing it is freed (each tensor's deleter drops a
 // shared reference). Tensors are read-only views on the host: `.to("cuda", non_blocking=True)`
@@ -38,27 +42,29 @@ struct BatchOwner {
   BatchOwner &operator=(const BatchOwner &) = delete;
 };
 
-std::tuple<torch::Tensor, std::vector<torch::Tensor>> wrap_batch(uint64_t handle) {
+// Sample ids are 64-bit unsigned (beyond int64 tensors): returned as a list of Python ints.
+std::tuple<std::vector<uint64_t>, std::vector<torch::Tensor>> wrap_batch(uint64_t handle) {
   TORCH_CHECK(handle != 0, "wrap_batch: NULL batch");
   auto owner = std::make_shared<BatchOwner>(reinterpret_cast<dh_batch *>(handle));
   const uint64_t *ids = nullptr;
   size_t n = 0;
   check(dh_batch_ids(owner->batch, &ids, &n), "dh_batch_ids");
-  torch::Tensor id_tensor = torch::empty({static_cast<int64_t>(n)}, torch::kInt64);
   std::vector<torch::Tensor> frames;
   frames.reserve(n);
   for (size_t i = 0; i < n; i++) {
-    id_tensor[static_cast<int64_t>(i)] = static_cast<int64_t>(ids[i]);
     dh_tensor t;
     check(dh_batch_tensor(owner->batch, i, &t), "dh_batch_tensor");
     TORCH_CHECK(t.dtype == DH_DTYPE_U8 && t.device == DH_DEVICE_HOST, "unexpected dtype or device");
+    TORCH_CHECK(t.ndim == 4 && t.shape[3] == 3, "sample ", ids[i], ": not a [F, H, W, 3] tensor");
+    TORCH_CHECK(t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3] == t.nbytes, "sample ", ids[i],
+                ": shape does not match its ", t.nbytes, " bytes");
     std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
     // The deleter keeps the batch alive as long as this tensor (and its views) exist.
     auto keep = owner;
     frames.push_back(torch::from_blob(const_cast<uint8_t *>(t.data), shape, [keep](void *) mutable { keep.reset(); },
                                       torch::TensorOptions().dtype(torch::kUInt8)));
   }
-  return {id_tensor, frames};
+  return {std::vector<uint64_t>(ids, ids + n), frames};
 }
 
 }  // namespace

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The Python package's tests (scripts/test.sh runs them after the Rust ones):
+#   1. `pip install ./python` into a fresh virtual environment (the wheel is built by maturin, in
+#      the dev profile to reuse the workspace's build: MATURIN_PEP517_ARGS);
+#   2. there, under `mpirun -np 2`: every array of every batch kept past the run and the loader's
+#      close (also under PYTHONMALLOC=debug), bytes equal to `datahelix decode`'s, exactly once
+#      per epoch, and resume from `state_dict()` in a new process;
+#   3. in the project's environment (.venv, with torch): DDP over gloo through datahelix.torch,
+#      the README's training loop (with its resume), the PyTorch C++ extension of
+#      csrc/examples/pytorch built by torch.utils.cpp_extension, and MindSpore (CPU): the AOT op
+#      of csrc/examples/mindspore and Tensor.from_numpy on the package's arrays.
+#
+#   scripts/test_python.sh            # after `cargo build` (target/debug/datahelix, libdatahelix.so)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup.sh
+repo=$(pwd)
+bin=$repo/target/debug/datahelix
+lib=$repo/target/debug
+[ -x "$bin" ] && [ -f "$lib/libdatahelix.so" ] || { echo "test_python: run cargo build first" >&2; exit 2; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+step() { echo "== python: $*" >&2; }
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+checks() { python3 python/tests/check_runs.py --data "$work/tiny" --bin "$bin" "$@"; }
+
+"$bin" gen --spec scripts/specs/tiny.json --out "$work/tiny" >/dev/null
+"$bin" index "$work/tiny" >/dev/null
+
+step "pip install ./python into a fresh virtual environment"
+python3 -m venv "$work/venv"
+MATURIN_PEP517_ARGS="--profile dev" "$work/venv/bin/pip" install -q ./python
+py=$work/venv/bin/python
+(cd "$work" && "$py" -c 'import datahelix, sys; assert datahelix.__file__.startswith(sys.prefix), datahelix.__file__; print("import datahelix:", datahelix.__file__, datahelix.version())')
+
+step "arrays kept past the run and the close, exactly once, resume (mpirun -np 2)"
+mkdir -p "$work/full" "$work/resumed" "$work/debug"
+mpirun -np 2 "$py" python/tests/keep_arrays.py --data "$work/tiny" --out "$work/full" --save-state-at 2
+mpirun -np 2 "$py" python/tests/keep_arrays.py --data "$work/tiny" --out "$work/resumed" \
+  --resume "$work/full/state-{rank}.json"
+checks --run "$work/full" --resumed "$work/resumed"
+
+step "the same under PYTHONMALLOC=debug, policy rank-local"
+PYTHONMALLOC=debug mpirun -np 2 "$py" python/tests/keep_arrays.py --data "$work/tiny" --out "$work/debug" \
+  --policy rank-local
+checks --run "$work/debug"
+
+step "PyTorch: DDP (gloo) through datahelix.torch (mpirun -np 2)"
+MATURIN_PEP517_ARGS="--profile dev" "$DH_VENV/bin/pip" install -q --no-deps --force-reinstall ./python
+tpy=$DH_VENV/bin/python
+mkdir -p "$work/ddp"
+MASTER_PORT=$(free_port) mpirun -np 2 "$tpy" python/tests/torch_ddp.py --data "$work/tiny" --out "$work/ddp"
+checks --run "$work/ddp"
+
+step "the README's PyTorch loop, and its resume from the checkpoints it saved"
+python3 - README.md python/examples/train_torch.py <<'PYEOF'
+import sys
+readme, example = (open(p).read() for p in sys.argv[1:])
+assert "```python\n" + example + "```" in readme, "README.md must show python/examples/train_torch.py verbatim"
+PYEOF
+first=$(MASTER_PORT=$(free_port) mpirun -np 2 "$tpy" python/examples/train_torch.py "$work/tiny" 4 "$work/ckpt")
+echo "$first" | grep -q "rank 0 step 3 " || { echo "$first"; echo "the loop did not reach step 3" >&2; exit 1; }
+again=$(MASTER_PORT=$(free_port) mpirun -np 2 "$tpy" python/examples/train_torch.py "$work/tiny" 6 "$work/ckpt")
+echo "$again" | grep -q "rank 0 step 4 " && ! echo "$again" | grep -q " step [0-3] " \
+  || { echo "$again"; echo "the loop did not resume at step 4" >&2; exit 1; }
+
+step "the PyTorch C++ extension (torch.utils.cpp_extension) on the C library's batches"
+mkdir -p "$work/cpp"
+PATH=$DH_VENV/bin:$PATH "$tpy" python/tests/torch_cpp_extension.py --build-only --repo "$repo" --lib "$lib" \
+  --data - --out - --build "$work/ext"
+mpirun -np 2 "$tpy" python/tests/torch_cpp_extension.py --repo "$repo" --lib "$lib" --data "$work/tiny" \
+  --out "$work/cpp" --build "$work/ext"
+checks --run "$work/cpp"
+
+step "MindSpore: the AOT custom op of csrc/examples/mindspore, and Tensor.from_numpy on the package's arrays"
+mkdir -p "$work/ms-aot" "$work/ms-numpy"
+mpirun -np 2 "$tpy" python/tests/mindspore_aot.py --aot --repo "$repo" --lib "$lib" --data "$work/tiny" \
+  --out "$work/ms-aot" --build "$work/ms-build"
+checks --run "$work/ms-aot"
+mpirun -np 2 "$tpy" python/tests/mindspore_aot.py --repo "$repo" --lib - --data "$work/tiny" \
+  --out "$work/ms-numpy" --build -
+checks --run "$work/ms-numpy"
+echo "== python: ok" >&2
