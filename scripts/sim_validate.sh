@@ -24,6 +24,13 @@
 # rank-local runs' median decode CPU per sample over the simulated rank-local's, and scales every
 # simulated decode by it — one number for the machine, taken from the reference policy; the other
 # five policies' throughput and every miss rate stay predictions. DECODE_SCALE=1 turns it off.
+#
+# The simulated links are measured too: LINKS=auto (the default) runs `datahelix perf alltoallv`
+# with RANKS ranks on this machine before the real runs and gives the simulator its fitted bands
+# (`sim --links`); one machine's ranks exchange through shared memory at a fraction of a cluster
+# link's bandwidth when their cores are busy. LINKS=FILE takes a saved perf JSON; LINKS=default
+# keeps the simulator's 20 µs + 5 GB/s. REAL=reuse skips the real runs and compares with those
+# already in OUT (train-POLICY-K.json, and links.json when LINKS=auto).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${1:?usage: scripts/sim_validate.sh DATA_DIR [RANKS] [WORKERS] [STEPS] [GLOBAL_BATCH]}
@@ -41,9 +48,19 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
   OMPI_MCA_hwloc_base_binding_policy=none OMPI_MCA_btl=self,vader,tcp \
   OMPI_MCA_btl_vader_single_copy_mechanism=none
 policies=(rank-local actor-pool post-balance helix-batching helix-placement helix)
+links=${LINKS:-auto}
+if [ "$links" = auto ] && [ "${REAL:-run}" = reuse ] && [ -f "$out/links.json" ]; then
+  links=$out/links.json
+elif [ "$links" = auto ]; then
+  links=$out/links.json
+  mpirun -np "$ranks" "$bin" perf alltoallv -b 1K -e 16M -f 4 -c 0 --json --out "$links" 2>>"$out/train.log"
+fi
+links_arg=()
+[ "$links" = default ] || links_arg=(--links "$links")
 # Rounds of all six policies (not one policy three times in a row), so a slow minute of the machine
 # spreads over every policy.
-for k in $(seq 1 "$repeat"); do
+# REAL=reuse compares with the real runs already in OUT (a changed simulator, the same reality).
+[ "${REAL:-run}" = reuse ] || for k in $(seq 1 "$repeat"); do
   for p in "${policies[@]}"; do
     mpirun -np "$ranks" "$bin" train --data "$data" --policy "$p" --global-batch "$gb" --workers "$workers" \
       --steps "$steps" --warmup 3 --profile "$profile" --cores "$cores" --out "$out/train-$p-$k.json" 2>>"$out/train.log"
@@ -52,7 +69,7 @@ done
 sim() {
   "$bin" sim --data "$data" --ranks "$ranks" --workers "$workers" --cores "$cores" --global-batch "$gb" \
     --steps "$steps" --warmup 3 --profile "$profile" --overhead-s "${OVERHEAD_S:-0}" \
-    --calibration "${CALIBRATION:-scripts/workloads/calibration.json}" --json "$@"
+    --calibration "${CALIBRATION:-scripts/workloads/calibration.json}" "${links_arg[@]}" --json "$@"
 }
 scale=${DECODE_SCALE:-auto}
 if [ "$scale" = auto ]; then

@@ -9,9 +9,8 @@ mod collective_support;
 
 use std::time::Duration;
 
-use collective_support::{direct, mpirun, Outcome};
+use collective_support::{direct, driver, mpirun, Outcome};
 
-const DRIVER: &str = env!("CARGO_BIN_EXE_dh-collective-check");
 const CLI: &str = env!("CARGO_BIN_EXE_datahelix");
 
 /// HCCL's own connection and execution timeouts, short enough that a broken test cannot hang.
@@ -40,7 +39,7 @@ fn assert_ok(np: usize, o: &Outcome) {
 fn semantics(np: usize) {
     let o = mpirun(
         np,
-        DRIVER,
+        &driver(),
         &["semantics", "--backend", "hccl"],
         &env(&[("DATAHELIX_COLLECTIVE_TIMEOUT", "60")]),
         Duration::from_secs(120),
@@ -50,7 +49,7 @@ fn semantics(np: usize) {
 
 #[test]
 fn one_rank_without_launcher() {
-    let o = direct(DRIVER, &["semantics", "--backend", "hccl"], &env(&[]), Duration::from_secs(60));
+    let o = direct(&driver(), &["semantics", "--backend", "hccl"], &env(&[]), Duration::from_secs(60));
     assert_ok(1, &o);
 }
 
@@ -78,7 +77,7 @@ fn semantics_4_ranks() {
 fn large_buffers_2_ranks() {
     let o = mpirun(
         2,
-        DRIVER,
+        &driver(),
         &["semantics", "--large", "--backend", "hccl"],
         &env(&[("DATAHELIX_COLLECTIVE_TIMEOUT", "120")]),
         Duration::from_secs(240),
@@ -153,7 +152,7 @@ fn skipped_collective_ends_the_job() {
     let t = TIMEOUT_S.to_string();
     let o = mpirun(
         3,
-        DRIVER,
+        &driver(),
         &["skip", "--at", "3", "--backend", "hccl"],
         &env(&[("DATAHELIX_COLLECTIVE_TIMEOUT", &t)]),
         Duration::from_secs(TIMEOUT_S + 60),
@@ -176,7 +175,7 @@ fn killed_rank_ends_the_job() {
     let t = TIMEOUT_S.to_string();
     let o = mpirun(
         3,
-        DRIVER,
+        &driver(),
         &["kill", "--at", "5", "--backend", "hccl"],
         &env(&[("DATAHELIX_COLLECTIVE_TIMEOUT", &t)]),
         Duration::from_secs(TIMEOUT_S + 60),

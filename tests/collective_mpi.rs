@@ -6,9 +6,7 @@ mod collective_support;
 
 use std::time::Duration;
 
-use collective_support::{direct, mpirun, Outcome};
-
-const DRIVER: &str = env!("CARGO_BIN_EXE_dh-collective-check");
+use collective_support::{direct, driver, mpirun, Outcome};
 
 fn assert_ok(np: usize, o: &Outcome) {
     assert!(
@@ -29,7 +27,7 @@ fn assert_ok(np: usize, o: &Outcome) {
 fn semantics(np: usize) {
     let o = mpirun(
         np,
-        DRIVER,
+        &driver(),
         &["semantics"],
         &[("DATAHELIX_COLLECTIVE_TIMEOUT", "60")],
         Duration::from_secs(120),
@@ -39,7 +37,7 @@ fn semantics(np: usize) {
 
 #[test]
 fn one_rank_without_launcher() {
-    let o = direct(DRIVER, &["semantics"], &[], Duration::from_secs(60));
+    let o = direct(&driver(), &["semantics"], &[], Duration::from_secs(60));
     assert_ok(1, &o);
 }
 
@@ -67,7 +65,7 @@ fn semantics_4_ranks() {
 fn large_buffers_2_ranks() {
     let o = mpirun(
         2,
-        DRIVER,
+        &driver(),
         &["semantics", "--large"],
         &[("DATAHELIX_COLLECTIVE_TIMEOUT", "120")],
         Duration::from_secs(240),

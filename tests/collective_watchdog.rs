@@ -5,9 +5,8 @@ mod collective_support;
 
 use std::time::Duration;
 
-use collective_support::mpirun;
+use collective_support::{driver, mpirun};
 
-const DRIVER: &str = env!("CARGO_BIN_EXE_dh-collective-check");
 const TIMEOUT_S: u64 = 3;
 /// Launch, the watchdog's grace period for peer answers, and teardown of the job.
 const MARGIN_S: u64 = 10;
@@ -17,7 +16,7 @@ fn killed_rank_ends_the_job() {
     let t = TIMEOUT_S.to_string();
     let o = mpirun(
         3,
-        DRIVER,
+        &driver(),
         &["kill", "--at", "5"],
         &[("DATAHELIX_COLLECTIVE_TIMEOUT", &t)],
         Duration::from_secs(TIMEOUT_S + 60),
@@ -34,7 +33,7 @@ fn skipped_collective_ends_the_job() {
     let t = TIMEOUT_S.to_string();
     let o = mpirun(
         3,
-        DRIVER,
+        &driver(),
         &["skip", "--at", "3"],
         &[("DATAHELIX_COLLECTIVE_TIMEOUT", &t)],
         Duration::from_secs(TIMEOUT_S + 60),

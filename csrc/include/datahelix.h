@@ -129,6 +129,11 @@ enum dh_result
    * A sample or tensor index is out of range.
    */
   DH_OUT_OF_RANGE = 14,
+  /**
+   * A loader was called from another thread than the one that created it (it uses MPI at
+   * `MPI_THREAD_FUNNELED`); nothing was done.
+   */
+  DH_WRONG_THREAD = 15,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -158,7 +163,10 @@ typedef struct dh_config dh_config;
  * One rank's loader: an opaque handle owned by the caller from `dh_loader_new` until
  * `dh_loader_free`. It owns this rank's decode workers and its MPI communicators. **Not
  * thread-safe**: call every function on a loader from the thread that created it (MPI is used
- * at `MPI_THREAD_FUNNELED`), never concurrently.
+ * at `MPI_THREAD_FUNNELED`), never concurrently; a call from another thread returns
+ * `DH_WRONG_THREAD` and does nothing. It fails closed: after a call fails once its work began
+ * (`DH_INDEX`, `DH_COLLECTIVE`, `DH_LOADER`...) or panicked (`DH_PANIC`), every later call
+ * returns `DH_CLOSED` (metrics and world stay readable); free it then.
  */
 typedef struct dh_loader dh_loader;
 
@@ -520,7 +528,8 @@ dh_result dh_loader_close(struct dh_loader *loader);
 /**
  * Frees a loader, closing it first if it is open (then **collective**, as `dh_loader_close`).
  * NULL is a no-op. Freeing twice, or using the loader afterwards, is undefined behaviour (as
- * with `free`). Batches it returned stay valid until released.
+ * with `free`). Batches it returned stay valid until released. From another thread than the
+ * loader's, nothing is freed (closing would run MPI there): a message on stderr says so.
  */
 void dh_loader_free(struct dh_loader *loader);
 

@@ -1,10 +1,27 @@
 /* Misuse of the C ABI, expecting result codes, never crashes: NULL everywhere, release twice,
- * next after close, bad configuration keys and values, missing dataset, out-of-range indices.
+ * next after close, bad configuration keys and values, missing dataset, out-of-range indices,
+ * calls from another thread.
  *
  *   mpirun -np 2 ./misuse DATASET TMPDIR       (prints "ok RANK") */
 #include <math.h>
+#include <pthread.h>
 
 #include "dh_test.h"
+
+/* Calls a loader from another thread than its own: refused, and nothing done. */
+static void *from_another_thread(void *arg) {
+  dh_loader *loader = arg;
+  dh_batch *batch = NULL;
+  EXPECT(DH_WRONG_THREAD, dh_loader_next(loader, 0, &batch));
+  ASSERT(batch == NULL);
+  EXPECT(DH_WRONG_THREAD, dh_loader_prepare_ahead(loader));
+  EXPECT(DH_WRONG_THREAD, dh_loader_report_step(loader, 0.1));
+  dh_metrics m;
+  m.struct_size = sizeof m;
+  EXPECT(DH_WRONG_THREAD, dh_loader_metrics(loader, &m));
+  ASSERT(strstr(dh_test_message(), "thread") != NULL);
+  return NULL;
+}
 
 static void write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
@@ -141,6 +158,11 @@ int main(int argc, char **argv) {
   if (size > 1) EXPECT(DH_UNSUPPORTED, dh_loader_next(loader, 1, &batch));
   ASSERT(batch == NULL);
   CHECK(dh_loader_all_reduce_sum(loader, NULL, 0)); /* collective, on every rank */
+
+  /* Another thread is refused; the loader goes on afterwards on its own thread. */
+  pthread_t other;
+  ASSERT(pthread_create(&other, NULL, from_another_thread, loader) == 0);
+  ASSERT(pthread_join(other, NULL) == 0);
 
   /* Step 0: out-of-range indices and NULL outputs on a live batch; bad reports. */
   CHECK(dh_loader_next(loader, 0, &batch));

@@ -459,14 +459,22 @@ mod dlpack {
     }
 }
 
-/// The loader handle used from the thread that made it (MPI runs at `MPI_THREAD_FUNNELED`).
-struct Handle(dh_loader);
+/// The loader handle. It may reach other threads (a Python object goes where its references
+/// go), but it works only on the thread that made it (MPI runs at `MPI_THREAD_FUNNELED`): every
+/// call from elsewhere is refused with `DH_WRONG_THREAD`, and a drop elsewhere leaks it rather
+/// than running MPI there.
+struct Handle(ManuallyDrop<dh_loader>);
 
-// SAFETY: a `Handle` only crosses into `Python::detach`, which runs the closure on the calling
-// thread (it releases the GIL, it does not move work to another thread); `Loader` is
-// `unsendable`, so PyO3 refuses its use from any other thread. The handle is therefore only
-// ever used from the thread that created it, as the C handle requires.
+// SAFETY: the loader's MPI state must only be used from the thread that created it, and it is:
+// every method that reaches MPI or the decode pool runs through `dh_loader::guarded`, which
+// refuses other threads (`DH_WRONG_THREAD`) before doing anything; the read-only accessors used
+// here (rank, size, metrics) are checked the same way; PyO3's borrow flags keep two threads from
+// holding the handle at once; and `Drop` below never closes the loader on another thread.
 unsafe impl Send for Handle {}
+// SAFETY: shared access (`&Handle`) only reaches `rank`, `size`, `metrics` and `check_thread`,
+// which read plain values, after the thread check; PyO3 never hands out `&Handle` while a
+// `&mut Handle` exists (its borrow flag).
+unsafe impl Sync for Handle {}
 
 impl Handle {
     /// The loader. Closures passed to `Python::detach` call this, so that they capture the whole
@@ -476,8 +484,21 @@ impl Handle {
     }
 }
 
-/// One rank's loader (see `datahelix.Loader`).
-#[pyclass(unsendable, module = "datahelix._native")]
+impl Drop for Handle {
+    fn drop(&mut self) {
+        match self.0.check_thread() {
+            // SAFETY: the loader is dropped once, here, and never used after.
+            Ok(()) => unsafe { ManuallyDrop::drop(&mut self.0) },
+            Err(e) => eprintln!(
+                "datahelix: a Loader dropped on another thread is not closed (leaked): {}",
+                e.message()
+            ),
+        }
+    }
+}
+
+/// One rank's loader (see `datahelix.Loader`); used from the thread that made it.
+#[pyclass(module = "datahelix._native")]
 struct Loader {
     handle: Handle,
 }
@@ -492,20 +513,22 @@ impl Loader {
         for (key, value) in &settings {
             config.set(key, value).map_err(|e| raise(py, e))?;
         }
-        let opened = py.detach(|| dh_loader::open(&config).map(Handle));
+        let opened = py.detach(|| dh_loader::open(&config).map(|l| Handle(ManuallyDrop::new(l))));
         Ok(Loader { handle: opened.map_err(|e| raise(py, e))? })
     }
 
     /// This rank.
     #[getter]
-    fn rank(&self) -> usize {
-        self.handle.0.rank()
+    fn rank(&self, py: Python<'_>) -> PyResult<usize> {
+        self.handle.0.check_thread().map_err(|e| raise(py, e))?;
+        Ok(self.handle.0.rank())
     }
 
     /// The number of ranks.
     #[getter]
-    fn size(&self) -> usize {
-        self.handle.0.size()
+    fn size(&self, py: Python<'_>) -> PyResult<usize> {
+        self.handle.0.check_thread().map_err(|e| raise(py, e))?;
+        Ok(self.handle.0.size())
     }
 
     /// The next step's batch, or None after the configured steps. **Collective.** Releases the
@@ -547,6 +570,7 @@ impl Loader {
 
     /// What the loader measured on this rank (the fields of `dh_metrics`).
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.handle.0.check_thread().map_err(|e| raise(py, e))?;
         let m = self.handle.0.metrics();
         let d = PyDict::new(py);
         let fields: [(&str, Py<PyAny>); 15] = [
@@ -573,9 +597,9 @@ impl Loader {
     }
 
     /// Stops the loader (joins its workers). **Collective.** Batches stay valid.
-    fn close(&mut self, py: Python<'_>) {
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
         let handle = &mut self.handle;
-        py.detach(|| handle.get().close());
+        py.detach(|| handle.get().close()).map_err(|e| raise(py, e))
     }
 }
 

@@ -14,6 +14,7 @@ import gc
 import hashlib
 import json
 import os
+import threading
 
 import numpy as np
 
@@ -49,6 +50,20 @@ def main():
     steps = []
     with datahelix.Loader(**settings) as loader:
         rank = loader.rank
+        # A loader is used from the thread that made it (MPI runs at MPI_THREAD_FUNNELED): another
+        # thread gets an exception, and the loader goes on.
+        refused = []
+
+        def from_another_thread():
+            try:
+                loader.next()
+            except datahelix.Error as e:
+                refused.append(e)
+
+        t = threading.Thread(target=from_another_thread)
+        t.start()
+        t.join()
+        assert refused and refused[0].name == "DH_WRONG_THREAD", refused
         if args.resume:
             with open(args.resume.format(rank=rank)) as f:
                 loader.load_state_dict(json.load(f))

@@ -81,6 +81,10 @@ pub struct SimArgs {
     /// Write the JSON document here.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// `--data`: the links between ranks, measured: the JSON of `mpirun -np R datahelix perf
+    /// alltoallv --json` on the machine that runs the real side (default: 20 µs + 5 GB/s).
+    #[arg(long, value_name = "PERF_JSON")]
+    pub links: Option<PathBuf>,
     /// `--data`: write each policy's per-rank step records to `DIR/sim-<policy>.json`, in the
     /// shape of `train --out` (`{"records": [...], "summary": {...}}`), to compare step by step.
     #[arg(long, value_name = "DIR")]
@@ -189,9 +193,22 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
         if args.warmup >= steps {
             return Err(CliError::usage("--warmup must be smaller than --steps"));
         }
+        let links = match &args.links {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| CliError::usage(format!("--links {}: {e}", path.display())))?;
+                let model = crate::collective::cost::TransferModel::from_perf_json(&text)
+                    .map_err(|e| CliError::usage(format!("--links {}: {e}", path.display())))?;
+                Some(crate::plan::TransferCost {
+                    bands: model.bands.iter().map(|b| (b.max_bytes, b.alpha_s, b.beta_bytes_per_s)).collect(),
+                })
+            }
+        };
         let mut out = serde_json::Map::new();
         for &p in &pols {
             let run = DataRun {
+                links: links.clone(),
                 policy: p,
                 ranks,
                 workers: args.workers,

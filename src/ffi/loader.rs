@@ -109,7 +109,10 @@ enum State {
 /// One rank's loader: an opaque handle owned by the caller from `dh_loader_new` until
 /// `dh_loader_free`. It owns this rank's decode workers and its MPI communicators. **Not
 /// thread-safe**: call every function on a loader from the thread that created it (MPI is used
-/// at `MPI_THREAD_FUNNELED`), never concurrently.
+/// at `MPI_THREAD_FUNNELED`), never concurrently; a call from another thread returns
+/// `DH_WRONG_THREAD` and does nothing. It fails closed: after a call fails once its work began
+/// (`DH_INDEX`, `DH_COLLECTIVE`, `DH_LOADER`...) or panicked (`DH_PANIC`), every later call
+/// returns `DH_CLOSED` (metrics and world stay readable); free it then.
 pub struct dh_loader {
     state: State,
     rank: usize,
@@ -125,6 +128,26 @@ pub struct dh_loader {
     /// Whether the last delivered step is not reported yet.
     unreported: bool,
     counters: Counters,
+    /// The thread that created the loader: the only one that may call it.
+    owner: std::thread::ThreadId,
+    /// Set while a call runs ([`dh_loader::guarded`]); found set when the next call starts, the
+    /// last one never finished (a panic unwound out of it).
+    in_call: bool,
+}
+
+/// Whether a failed call leaves the loader failed: every failure once the call's work began. An
+/// argument refused before anything ran (and the end of the steps) leaves it as it was.
+fn fails_the_loader(code: dh_result) -> bool {
+    !matches!(
+        code,
+        dh_result::DH_NULL_PARAMETER
+            | dh_result::DH_INVALID_PARAMETER
+            | dh_result::DH_UNSUPPORTED
+            | dh_result::DH_END
+            | dh_result::DH_CLOSED
+            | dh_result::DH_WRONG_THREAD
+            | dh_result::DH_OUT_OF_RANGE
+    )
 }
 
 /// MPI initialised by this library (finalised at process exit).
@@ -222,6 +245,8 @@ fn open_loader(config: &dh_config, comm: Option<CallerComm>) -> Result<dh_loader
         history: Vec::new(),
         unreported: false,
         counters: Counters::default(),
+        owner: std::thread::current().id(),
+        in_call: false,
     })
 }
 
@@ -241,6 +266,41 @@ impl dh_loader {
     /// The number of ranks.
     pub fn size(&self) -> usize {
         self.size
+    }
+
+    /// Refuses a call from another thread than the loader's (`DH_WRONG_THREAD`).
+    pub fn check_thread(&self) -> Result<(), Error> {
+        let here = std::thread::current().id();
+        if here != self.owner {
+            return Err(Error::new(
+                dh_result::DH_WRONG_THREAD,
+                format!(
+                    "the loader was created on thread {:?} and called from {here:?}: call it only from the thread \
+                     that created it (MPI runs at MPI_THREAD_FUNNELED)",
+                    self.owner
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every call that can change the loader runs through here, so that it fails closed: a call
+    /// from another thread is refused; a loader whose last call never finished (a panic, caught
+    /// at the boundary as `DH_PANIC`) is failed before anything else runs; and a call that fails
+    /// once its work began fails the loader. A failed loader answers `DH_CLOSED` from then on.
+    fn guarded<T>(&mut self, call: impl FnOnce(&mut Self) -> Result<T, Error>) -> Result<T, Error> {
+        self.check_thread()?;
+        if std::mem::replace(&mut self.in_call, true) && matches!(self.state, State::Open(_)) {
+            self.state = State::Failed("an earlier call panicked before it finished (DH_PANIC)".into());
+        }
+        let result = call(self);
+        self.in_call = false;
+        if let Err(e) = &result {
+            if fails_the_loader(e.code()) && matches!(self.state, State::Open(_)) {
+                self.state = State::Failed(e.message().to_string());
+            }
+        }
+        result
     }
 
     /// The open loader, or why there is none.
@@ -275,7 +335,7 @@ impl dh_loader {
                 ),
             ));
         }
-        let batch = self.next_batch()?.ok_or_else(|| {
+        let batch = self.next_unguarded()?.ok_or_else(|| {
             Error::new(dh_result::DH_END, format!("all {} configured steps were delivered", self.steps))
         })?;
         let ids: Vec<u64> = batch.samples.iter().map(|s| s.id).collect();
@@ -298,6 +358,10 @@ impl dh_loader {
     /// Blocks until this rank's batch of the next step is ready (see `dh_loader_next`); `None`
     /// once the configured steps were delivered. **Collective.** A failure fails the loader.
     pub fn next_batch(&mut self) -> Result<Option<Batch>, Error> {
+        self.guarded(|l| l.next_unguarded())
+    }
+
+    fn next_unguarded(&mut self) -> Result<Option<Batch>, Error> {
         self.live()?;
         if self.delivered >= self.steps {
             return Ok(None);
@@ -340,7 +404,7 @@ impl dh_loader {
     /// Plans ahead and sends what others still need of the step just delivered (see
     /// `dh_loader_prepare_ahead`). **Collective.** A failure fails the loader.
     pub fn prepare_ahead(&mut self) -> Result<(), Error> {
-        self.ahead(|l| l.prepare_ahead())
+        self.guarded(|l| l.ahead(|l| l.prepare_ahead()))
     }
 
     /// Ships the next step's tensors before the accelerator step ends, `seconds_to_step_end`
@@ -354,27 +418,32 @@ impl dh_loader {
         }
         // A day bounds the wait (and keeps the instant representable).
         let step_end = Instant::now() + Duration::from_secs_f64(seconds_to_step_end.min(86_400.0));
-        self.ahead(|l| l.ship_ahead(step_end))
+        self.guarded(|l| l.ahead(|l| l.ship_ahead(step_end)))
     }
 
     /// Where the run stands, as the JSON document of `dh_loader_state` (the `resume` setting).
     pub fn state_json(&mut self) -> Result<String, Error> {
-        Ok(self.live()?.state().to_json())
+        self.guarded(|l| Ok(l.live()?.state().to_json()))
     }
 
     /// Sums `values` over all ranks in place (see `dh_loader_all_reduce_sum`). **Collective.**
     pub fn all_reduce_sum(&mut self, values: &mut [f64]) -> Result<(), Error> {
-        let world = self.live()?.world();
-        world
-            .all_reduce_f64(values, ReduceOp::Sum)
-            .map_err(|e| Error::new(dh_result::DH_COLLECTIVE, e.to_string()))
+        self.guarded(|l| {
+            let world = l.live()?.world();
+            world
+                .all_reduce_f64(values, ReduceOp::Sum)
+                .map_err(|e| Error::new(dh_result::DH_COLLECTIVE, e.to_string()))
+        })
     }
 
     /// Stops the loader (see `dh_loader_close`). **Collective.** A no-op when closed or failed.
-    pub fn close(&mut self) {
-        if let State::Open(_) = self.state {
-            self.state = State::Closed;
-        }
+    pub fn close(&mut self) -> Result<(), Error> {
+        self.guarded(|l| {
+            if let State::Open(_) = l.state {
+                l.state = State::Closed;
+            }
+            Ok(())
+        })
     }
 
     /// Runs one of the loader's collective steps; a failure fails the loader, as in `next`.
@@ -393,6 +462,10 @@ impl dh_loader {
 
     /// Reports the accelerator seconds of the step delivered last (see `dh_loader_report_step`).
     pub fn report_step(&mut self, accel_s: f64) -> Result<(), Error> {
+        self.guarded(|l| l.report_unguarded(accel_s))
+    }
+
+    fn report_unguarded(&mut self, accel_s: f64) -> Result<(), Error> {
         if !(accel_s.is_finite() && accel_s >= 0.0) {
             return Err(Error::new(
                 dh_result::DH_INVALID_PARAMETER,
@@ -611,7 +684,7 @@ pub extern "C" fn dh_loader_next(
         if batch_out.is_null() {
             return Err(Error::null("batch_out"));
         }
-        let batch = Box::new(loader.next(timeout_ms)?);
+        let batch = Box::new(loader.guarded(|l| l.next(timeout_ms))?);
         // SAFETY: batch_out is not NULL and points to writable storage for one pointer.
         unsafe { *batch_out = Box::into_raw(batch) };
         Ok(())
@@ -725,26 +798,27 @@ pub extern "C" fn dh_loader_step(
         if accel.wait.is_none() {
             return Err(Error::null("accel->wait"));
         }
-        let batch = Box::new(loader.next(0)?);
-        let launched = Instant::now();
-        // SAFETY: launch is the caller's callback, given its user pointer and a live batch.
-        let rc = unsafe { launch(accel.user, &*batch) };
-        if rc != 0 {
-            let e = Error::new(
-                dh_result::DH_LOADER,
-                format!("the accelerator's launch callback returned {rc} at step {}", batch.batch.step),
-            );
-            loader.state = State::Failed(e.message.clone());
-            return Err(e);
-        }
-        let mut callbacks = Callbacks { accel, seconds: 0.0 };
-        loader.ahead(|l| l.finish_step(&mut callbacks, launched))?;
-        loader.unreported = false;
-        let now = loader.now();
-        if let Some(last) = loader.history.last_mut() {
-            last.gpu_s = callbacks.seconds;
-            last.end_s = now;
-        }
+        let batch = loader.guarded(|loader| {
+            let batch = Box::new(loader.next(0)?);
+            let launched = Instant::now();
+            // SAFETY: launch is the caller's callback, given its user pointer and a live batch.
+            let rc = unsafe { launch(accel.user, &*batch) };
+            if rc != 0 {
+                return Err(Error::new(
+                    dh_result::DH_LOADER,
+                    format!("the accelerator's launch callback returned {rc} at step {}", batch.batch.step),
+                ));
+            }
+            let mut callbacks = Callbacks { accel, seconds: 0.0 };
+            loader.ahead(|l| l.finish_step(&mut callbacks, launched))?;
+            loader.unreported = false;
+            let now = loader.now();
+            if let Some(last) = loader.history.last_mut() {
+                last.gpu_s = callbacks.seconds;
+                last.end_s = now;
+            }
+            Ok(batch)
+        })?;
         // SAFETY: batch_out is not NULL and points to writable storage for one pointer.
         unsafe { *batch_out = Box::into_raw(batch) };
         Ok(())
@@ -813,6 +887,7 @@ pub extern "C" fn dh_loader_metrics(loader: *const dh_loader, metrics_out: *mut 
         if metrics_out.is_null() {
             return Err(Error::null("metrics_out"));
         }
+        loader.check_thread()?;
         // SAFETY: metrics_out is not NULL and points to a dh_metrics of at least METRICS_MIN_SIZE
         // bytes whose leading `struct_size` the caller set (header contract); only that field is
         // read before its value is checked.
@@ -847,21 +922,27 @@ pub extern "C" fn dh_loader_close(loader: *mut dh_loader) -> dh_result {
     ffi_boundary!({
         // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
         let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
-        loader.close();
-        Ok(())
+        loader.close()
     })
 }
 
 /// Frees a loader, closing it first if it is open (then **collective**, as `dh_loader_close`).
 /// NULL is a no-op. Freeing twice, or using the loader afterwards, is undefined behaviour (as
-/// with `free`). Batches it returned stay valid until released.
+/// with `free`). Batches it returned stay valid until released. From another thread than the
+/// loader's, nothing is freed (closing would run MPI there): a message on stderr says so.
 #[no_mangle]
 pub extern "C" fn dh_loader_free(loader: *mut dh_loader) {
     ffi_boundary!(() => {
         if !loader.is_null() {
             // SAFETY: loader came from Box::into_raw in dh_loader_new and, by the header's
             // contract, is freed once.
-            drop(unsafe { Box::from_raw(loader) });
+            let loader = unsafe { Box::from_raw(loader) };
+            if let Err(e) = loader.check_thread() {
+                // Closing runs MPI on this thread, which MPI_THREAD_FUNNELED forbids: the loader
+                // is left as it is (leaked), and the mistake is said where it can be seen.
+                eprintln!("dh_loader_free: not freed: {}", e.message());
+                std::mem::forget(loader);
+            }
         }
     })
 }
@@ -1034,4 +1115,47 @@ pub extern "C" fn dh_batch_release(batch: *mut *mut dh_batch) {
             drop(unsafe { Box::from_raw(b) });
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tiny dataset of `scripts/specs/tiny.json`, generated and indexed in `dir`.
+    fn tiny(dir: &std::path::Path) {
+        let spec = crate::gen::Spec::load(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/specs/tiny.json"),
+        )
+        .expect("the tiny spec");
+        crate::gen::generate(&spec, dir, &crate::gen::GenOptions { workers: 0, force: false, ffmpeg: None })
+            .expect("generating the tiny dataset (ffmpeg on PATH)");
+        crate::index::writer::build(dir, &crate::index::writer::BuildOptions::default())
+            .expect("indexing it");
+    }
+
+    #[test]
+    fn a_call_that_panicked_fails_the_loader_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        tiny(dir.path());
+        let mut config = dh_config::new().unwrap();
+        for (k, v) in
+            [("data", dir.path().to_str().unwrap()), ("steps", "4"), ("global_batch", "4"), ("workers", "1")]
+        {
+            config.set(k, v).unwrap();
+        }
+        let mut loader = dh_loader::open(&config).unwrap();
+        assert!(loader.next_batch().unwrap().is_some(), "the loader works before");
+        loader.report_step(0.01).unwrap();
+        // A bug panics in the middle of a call; the boundary catches it (DH_PANIC in C).
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _: Result<(), Error> = loader.guarded(|_| panic!("a bug half-way through a call"));
+        }));
+        assert!(caught.is_err());
+        // Every later call is refused instead of going on from a half-finished state.
+        let e = loader.next_batch().err().expect("next after a panic must fail");
+        assert_eq!(e.code(), dh_result::DH_CLOSED, "{e}");
+        assert!(e.message().contains("panicked"), "{e}");
+        assert_eq!(loader.report_step(0.01).unwrap_err().code(), dh_result::DH_CLOSED);
+        assert_eq!(loader.metrics().steps, 1, "metrics stay readable");
+    }
 }

@@ -24,7 +24,7 @@
 //!     // ... the training step on batch.samples ...
 //!     loader.report_step(0.01)?;
 //! }
-//! loader.close();
+//! loader.close()?;
 //! # Ok::<(), datahelix::ffi::Error>(())
 //! ```
 //!
@@ -77,6 +77,9 @@ pub enum dh_result {
     DH_UNSUPPORTED = 13,
     /// A sample or tensor index is out of range.
     DH_OUT_OF_RANGE = 14,
+    /// A loader was called from another thread than the one that created it (it uses MPI at
+    /// `MPI_THREAD_FUNNELED`); nothing was done.
+    DH_WRONG_THREAD = 15,
 }
 
 /// The error behind a failed call: its code and message (kept for `dh_error_message`, and
@@ -242,6 +245,7 @@ pub extern "C" fn dh_result_name(result: u32) -> *const c_char {
             12 => "DH_END\0",
             13 => "DH_UNSUPPORTED\0",
             14 => "DH_OUT_OF_RANGE\0",
+            15 => "DH_WRONG_THREAD\0",
             _ => "DH_UNKNOWN_RESULT\0",
         };
         name.as_ptr().cast()
@@ -291,7 +295,13 @@ mod tests {
 
     #[test]
     fn result_names_match_numbers() {
-        for (n, want) in [(0, "DH_OK"), (1, "DH_NULL_PARAMETER"), (2, "DH_PANIC"), (14, "DH_OUT_OF_RANGE")] {
+        for (n, want) in [
+            (0, "DH_OK"),
+            (1, "DH_NULL_PARAMETER"),
+            (2, "DH_PANIC"),
+            (14, "DH_OUT_OF_RANGE"),
+            (15, "DH_WRONG_THREAD"),
+        ] {
             // SAFETY: dh_result_name returns a static NUL-terminated string.
             let s = unsafe { CStr::from_ptr(dh_result_name(n)) };
             assert_eq!(s.to_str().unwrap(), want);

@@ -402,6 +402,10 @@ pub struct DataRun {
     pub overhead_s: f64,
     /// Factor on every calibrated decode time.
     pub decode_scale: f64,
+    /// The links between ranks (`None`: one machine's default, 20 µs + 5 GB/s; `sim --links`
+    /// gives the bands measured by `datahelix perf alltoallv` on the machine that runs the
+    /// real side).
+    pub links: Option<crate::plan::TransferCost>,
     /// Whether every planning round agrees on a hash of the plans, as `train` does by default
     /// (`--no-check-plan` turns it off): for the DataLoader-style baselines that makes each
     /// round a collective, so a rank's planning ahead waits for the slowest rank.
@@ -443,10 +447,9 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         params,
         formula: TokenFormula::Tokens,
         profile: run.profile,
-        links: engine::Links {
-            ranks_per_node: r,
-            intra: crate::plan::TransferCost::linear(20e-6, 5e9),
-            inter: crate::plan::TransferCost::linear(20e-6, 5e9),
+        links: {
+            let link = run.links.clone().unwrap_or_else(|| crate::plan::TransferCost::linear(20e-6, 5e9));
+            engine::Links { ranks_per_node: r, intra: link.clone(), inter: link }
         },
         planner_transfer: policy::default_transfer(),
         accel_prior: default_accel_prior(),

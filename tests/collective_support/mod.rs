@@ -24,6 +24,22 @@ pub struct Outcome {
     pub killed: bool,
 }
 
+/// The collective layer's test driver, `examples/dh-collective-check.rs` (an example, so that
+/// `cargo install` installs only `datahelix`): `cargo test` builds it beside the test binaries.
+/// The HCCL tests need it built with the feature (`cargo build --features hccl --example
+/// dh-collective-check`, which scripts/test.sh runs first).
+pub fn driver() -> String {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps");
+    let driver = dir.join("examples/dh-collective-check");
+    assert!(
+        driver.exists(),
+        "{} is not built: run `cargo build --examples` (scripts/test.sh does)",
+        driver.display()
+    );
+    driver.to_string_lossy().into_owned()
+}
+
 /// Runs `mpirun -np N program args…` with `env` forwarded to the ranks, killed after `limit`.
 pub fn mpirun(np: usize, program: &str, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Outcome {
     let mut cmd = Command::new("mpirun");

@@ -167,6 +167,7 @@ pub fn compile_c(compiler: &str, source: &Path, lib: &Path, exe: &Path) {
         "-Wextra",
         "-Werror",
         "-pedantic",
+        "-pthread",
     ])
     .arg("-I")
     .arg(repo().join("csrc/include"))
