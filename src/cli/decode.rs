@@ -162,6 +162,8 @@ pub(super) fn submit(
     };
     let mut submitted = Vec::new();
     let mut rejected = Vec::new();
+    let root = std::fs::canonicalize(index.dir())
+        .map_err(|e| CliError::usage(format!("the dataset folder {}: {e}", index.dir().display())))?;
     for (k, p) in positions.into_iter().enumerate() {
         let i = match p {
             Ok(i) => i,
@@ -185,6 +187,7 @@ pub(super) fn submit(
             mode,
             strategy,
             frames: None,
+            beneath: Some((root.clone(), rel.clone())),
         });
         submitted.push((d.id, rel));
     }

@@ -62,12 +62,25 @@ pub struct Job {
     /// [`split_targets`](super::split::split_targets)); `None` decodes the whole sample. Sampled
     /// mode only: [`Mode::AllFrames`] decodes every frame whatever this says.
     pub frames: Option<FrameRange>,
+    /// The dataset folder (canonical) and the manifest path within it: when set, the file is
+    /// resolved beneath the folder when the job runs, and one that a link now leads out of (or
+    /// an unsafe path from the index) is refused, not opened.
+    pub beneath: Option<(PathBuf, String)>,
 }
 
 impl Job {
     /// A sampled decode of the whole of `path`, with no descriptor.
     pub fn sampled(id: u64, path: PathBuf, deadline: u64) -> Job {
-        Job { id, path, deadline, descriptor: None, mode: Mode::Sampled, strategy: None, frames: None }
+        Job {
+            id,
+            path,
+            deadline,
+            descriptor: None,
+            mode: Mode::Sampled,
+            strategy: None,
+            frames: None,
+            beneath: None,
+        }
     }
 }
 
@@ -78,6 +91,10 @@ pub enum Failure {
     /// The file is not there or cannot be read.
     #[error("missing or unreadable file: {0}")]
     Missing(std::io::Error),
+    /// The path is not one to open: it leaves the dataset folder (a symbolic link, an absolute
+    /// path or `..` written into the index) or cannot be resolved.
+    #[error("path refused ({0}): it must lead to a file inside the dataset folder; fix the manifest or the link, then re-run `datahelix index`")]
+    Refused(crate::descriptor::Status),
     /// The file's size or modification time differs from the index.
     #[error("file changed since indexing ({0}); re-run `datahelix index`")]
     Changed(String),
@@ -467,6 +484,9 @@ fn worker(queue: Arc<Queue>, buffers: Arc<Buffers>, tx: mpsc::Sender<Outcome>, p
 
 /// Checks the file against its descriptor: present, same size, same modification time.
 pub fn check_file(job: &Job) -> Result<(), Failure> {
+    if let Some((root, rel)) = &job.beneath {
+        crate::probe::resolve_beneath(root, rel).map_err(Failure::Refused)?;
+    }
     let meta = std::fs::metadata(&job.path).map_err(Failure::Missing)?;
     if let Some(d) = &job.descriptor {
         if d.bytes != 0 && meta.len() != d.bytes {

@@ -145,6 +145,8 @@ byte_enum! {
         NoDuration = 11 => "no_duration",
         /// A width or height of zero, or beyond what a decoder accepts.
         BadDimensions = 12 => "bad_dimensions",
+        /// A path that leads out of the dataset folder through a symbolic link.
+        OutsideDataset = 13 => "outside_dataset",
     }
 }
 

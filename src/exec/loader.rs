@@ -392,6 +392,8 @@ pub struct Loader<'w> {
     pool: Pool,
     group: CpuGroup,
     index: Index,
+    /// The dataset folder, canonical: every decode's path is resolved beneath it.
+    root: PathBuf,
     /// Which dataset the index holds (for [`Loader::state`]).
     dataset: DatasetId,
     cfg: LoaderConfig,
@@ -464,6 +466,9 @@ impl<'w> Loader<'w> {
         let ds = opened?;
         verdict.map_err(|e| ExecError::Invalid(format!("rank {rank}: {e}")))?;
         let OpenedDataset { index, ids, dataset, first_step, .. } = ds;
+        let root = std::fs::canonicalize(index.dir()).map_err(|e| {
+            ExecError::Invalid(format!("rank {rank}: the dataset folder {}: {e}", index.dir().display()))
+        })?;
         let ranks = world.get().size();
         let workers_here = workers_of(rank, ranks, cfg.workers);
         let cores = if cfg.cores > 0.0 {
@@ -502,6 +507,7 @@ impl<'w> Loader<'w> {
             pool,
             group,
             index,
+            root,
             cfg,
             workers_here,
             plan_dump,
@@ -746,7 +752,9 @@ impl<'w> Loader<'w> {
     fn submit(&mut self, jobs: Vec<crate::step::DecodeRequest>) -> Result<(), ExecError> {
         for r in jobs {
             let desc = self.index.get(r.pos)?;
-            let path = self.index.dir().join(self.index.path(r.pos)?);
+            let rel = self.index.path(r.pos)?;
+            let path = self.index.dir().join(rel);
+            let beneath = Some((self.root.clone(), rel.to_string()));
             self.in_pool.insert(r.priority, (r.key, r.frames));
             self.pool.submit(Job {
                 id: r.id,
@@ -756,6 +764,7 @@ impl<'w> Loader<'w> {
                 mode: Mode::Sampled,
                 strategy: None,
                 frames: r.frames,
+                beneath,
             });
         }
         Ok(())

@@ -179,7 +179,10 @@ fn reusable(previous: &HashMap<(u64, String), Descriptor>, dir: &Path, e: &Entry
     if old.bytes == 0 || matches!(old.status, Status::DuplicateId | Status::BadPath | Status::Unreadable) {
         return None;
     }
-    let (bytes, mtime_ns) = probe::stat(&dir.join(&e.path)).ok()?;
+    // The path is resolved again: a link swapped to a file outside the folder is re-probed
+    // (and refused), even when the file it now leads to has the same size and time.
+    let root = std::fs::canonicalize(dir).ok()?;
+    let (bytes, mtime_ns) = probe::stat(&probe::resolve_beneath(&root, &e.path).ok()?).ok()?;
     if (bytes, mtime_ns) != (old.bytes, old.mtime_ns) {
         return None;
     }

@@ -23,7 +23,7 @@ pub mod image;
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 
 use ffmpeg_sys_next::AVCodecID;
 
@@ -41,6 +41,26 @@ pub fn is_safe_relative(path: &str) -> bool {
     !path.is_empty()
         && p.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
         && !path.contains('\0')
+}
+
+/// Resolves the manifest path `rel` beneath the dataset folder `root` (canonical, as from
+/// [`std::fs::canonicalize`]), following symbolic links: the file's canonical path, or why it
+/// cannot be used — [`Status::BadPath`] (absolute, `..`, NUL), [`Status::OutsideDataset`] (a
+/// link out of the folder), [`Status::Missing`] or [`Status::Unreadable`]. Index and decode both
+/// resolve every path through here, so a link swapped after indexing is refused too.
+pub fn resolve_beneath(root: &Path, rel: &str) -> Result<PathBuf, Status> {
+    if !is_safe_relative(rel) {
+        return Err(Status::BadPath);
+    }
+    let real = match std::fs::canonicalize(root.join(rel)) {
+        Ok(p) => p,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Status::Missing),
+        Err(_) => return Err(Status::Unreadable),
+    };
+    if !real.starts_with(root) {
+        return Err(Status::OutsideDataset);
+    }
+    Ok(real)
 }
 
 /// File size and modification time (ns since the epoch), or the status that explains why not.
@@ -70,11 +90,16 @@ pub fn probe(dir: &Path, entry: &Entry) -> Descriptor {
         manifest_line: entry.line,
         ..Descriptor::default()
     };
-    if !is_safe_relative(&entry.path) {
-        d.status = Status::BadPath;
-        return d;
-    }
-    let path = dir.join(&entry.path);
+    let path = match std::fs::canonicalize(dir)
+        .map_err(|_| Status::Unreadable)
+        .and_then(|root| resolve_beneath(&root, &entry.path))
+    {
+        Ok(p) => p,
+        Err(status) => {
+            d.status = status;
+            return d;
+        }
+    };
     match stat(&path) {
         Ok((bytes, mtime_ns)) => {
             d.bytes = bytes;

@@ -47,18 +47,49 @@ pub struct Input {
 // concurrent use, which `&mut self` on every mutating method (and no `Sync`) prevents.
 unsafe impl Send for Input {}
 
+/// The demuxers FFmpeg may use: the containers DataHelix supports (MP4/MOV, Matroska/WebM, and
+/// JPEG/PNG images), nothing else of the hundreds FFmpeg would otherwise probe a file as.
+pub const FORMAT_WHITELIST: &CStr = c"mov,mp4,matroska,webm,image2,jpeg_pipe,png_pipe";
+/// The protocols FFmpeg may use: local files only (no network, no `concat:`, no `subfile,`).
+pub const PROTOCOL_WHITELIST: &CStr = c"file";
+
 impl Input {
-    /// Opens `path` and reads its container header (`avformat_open_input`).
+    /// Opens `path` and reads its container header (`avformat_open_input`), with FFmpeg limited
+    /// to [`FORMAT_WHITELIST`] and [`PROTOCOL_WHITELIST`]: any other container or protocol is an
+    /// error, whatever the file's bytes or name say.
     pub fn open(path: &Path) -> Result<Input, AvError> {
         init();
         let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| AvError {
             call: "avformat_open_input (path holds a NUL byte)",
             code: ff::AVERROR(libc::EINVAL),
         })?;
+        let mut options: *mut ff::AVDictionary = ptr::null_mut();
+        for (key, value) in
+            [(c"format_whitelist", FORMAT_WHITELIST), (c"protocol_whitelist", PROTOCOL_WHITELIST)]
+        {
+            // SAFETY: options is a valid dictionary out-pointer (NULL or one av_dict_set made);
+            // key and value are static NUL-terminated strings, copied by FFmpeg.
+            let ret = unsafe { ff::av_dict_set(&mut options, key.as_ptr(), value.as_ptr(), 0) };
+            if ret < 0 {
+                // SAFETY: options is NULL or a dictionary av_dict_set allocated; freed once.
+                unsafe { ff::av_dict_free(&mut options) };
+                return Err(AvError { call: "av_dict_set (whitelists)", code: ret });
+            }
+        }
         let mut raw: *mut ff::AVFormatContext = ptr::null_mut();
         // SAFETY: raw is a valid out-pointer; c_path is NUL-terminated and outlives the call; a NULL
-        // format and options ask FFmpeg to probe. On failure FFmpeg frees the context and leaves NULL.
-        let ret = unsafe { ff::avformat_open_input(&mut raw, c_path.as_ptr(), ptr::null(), ptr::null_mut()) };
+        // format asks FFmpeg to probe (among the whitelisted formats); options is a dictionary it
+        // consumes the entries it knows from. On failure FFmpeg frees the context and leaves NULL.
+        let ret = unsafe { ff::avformat_open_input(&mut raw, c_path.as_ptr(), ptr::null(), &mut options) };
+        // SAFETY: options is NULL or the dictionary of left-over entries; freed once.
+        unsafe { ff::av_dict_free(&mut options) };
+        if ret == ff::AVERROR(libc::EINVAL) {
+            // What FFmpeg answers for a container (or protocol) off the whitelists.
+            return Err(AvError {
+                call: "avformat_open_input (not a supported container: MP4/MOV, Matroska/WebM, JPEG or PNG)",
+                code: ff::AVERROR_INVALIDDATA,
+            });
+        }
         check(ret, "avformat_open_input")?;
         let ctx = NonNull::new(raw).ok_or(AvError {
             call: "avformat_open_input (returned NULL)",
