@@ -38,3 +38,42 @@ fn bad_workload_files_say_which_file_and_field() {
     let out = sim(&[]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `sim --data --links`: the links come from `datahelix perf alltoallv --json`; slow ones slow
+/// a policy that moves tensors every step, and a bad file is named.
+#[test]
+fn measured_links_change_what_moving_tensors_costs() {
+    #[path = "common/mod.rs"]
+    mod common;
+    let data = common::tiny_dataset();
+    let dir = tempfile::tempdir().unwrap();
+    // A perf document of links at ~10 kB/s with 5 ms of latency.
+    let slow = dir.path().join("slow.json");
+    let rows: Vec<serde_json::Value> = [1u64 << 10, 1 << 14, 1 << 18, 1 << 22]
+        .iter()
+        .map(|&size| serde_json::json!({"size": size, "time_us": 5000.0 + 100.0 * size as f64}))
+        .collect();
+    let doc = serde_json::json!({"op": "alltoallv", "ranks": 2, "backend": "mpi", "rows": rows});
+    std::fs::write(&slow, doc.to_string()).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args =
+            vec!["--data", data.to_str().unwrap(), "--ranks", "2", "--global-batch", "4", "--steps", "8"];
+        args.extend_from_slice(&["--policy", "actor-pool", "--json"]);
+        args.extend_from_slice(extra);
+        let out = sim(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["policies"]["actor-pool"]["throughput"].as_f64().unwrap()
+    };
+    let (fast, slowed) = (run(&[]), run(&["--links", slow.to_str().unwrap()]));
+    assert!(slowed < fast * 0.5, "slow links: {slowed} samples/s, default: {fast}");
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\"op\": \"allreduce\"}").unwrap();
+    let out = sim(&["--data", data.to_str().unwrap(), "--links", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("bad.json"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -8,7 +8,7 @@
 //! let piece = Piece { step: 7, index: 3, part: 1, id: 99, shape: [2, 28, 28, 3], tokens: 7, ok: true, data: vec![5u8; 2 * 28 * 28 * 3] };
 //! let mut buf = Vec::new();
 //! pack(&mut buf, &piece, true).unwrap();        // compressed with zstd level 1
-//! let back = unpack(&buf).unwrap();
+//! let back = unpack(&buf, 1 << 20).unwrap();
 //! assert_eq!(back, vec![piece]);
 //! ```
 
@@ -74,8 +74,11 @@ pub fn pack_data(out: &mut Vec<u8>, piece: &Piece, data: &[u8], compress: bool) 
     Ok(())
 }
 
-/// Reads every piece of a received block.
-pub fn unpack(mut block: &[u8]) -> Result<Vec<Piece>, ExchangeError> {
+/// Reads every piece of a received block. Nothing in a header is trusted before it is checked:
+/// a decoded piece must announce exactly `∏shape` bytes, and no more than `max_bytes` (the
+/// largest tensor the run's preprocessing can produce), before anything is allocated or
+/// decompressed; a failed piece carries none.
+pub fn unpack(mut block: &[u8], max_bytes: usize) -> Result<Vec<Piece>, ExchangeError> {
     let mut out = Vec::new();
     let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]));
     while !block.is_empty() {
@@ -89,6 +92,17 @@ pub fn unpack(mut block: &[u8]) -> Result<Vec<Piece>, ExchangeError> {
             return Err(ExchangeError("payload shorter than its header says".into()));
         }
         let payload = &block[HEADER..HEADER + wire_len];
+        let dim =
+            |k: usize| u32::from_le_bytes(h[16 + 4 * k..20 + 4 * k].try_into().unwrap_or([0; 4])) as usize;
+        let shape = [dim(0), dim(1), dim(2), dim(3)];
+        let ok = h[4] == 1;
+        let announced = if ok { shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) } else { Some(0) };
+        if announced != Some(raw_len) || raw_len > max_bytes {
+            return Err(ExchangeError(format!(
+                "a piece of step {} announces {raw_len} bytes for shape {shape:?} (at most {max_bytes} here)",
+                u64_at(h, 56)
+            )));
+        }
         let data = if h[5] == 1 {
             zstd::bulk::decompress(payload, raw_len).map_err(|e| ExchangeError(format!("zstd: {e}")))?
         } else {
@@ -97,15 +111,13 @@ pub fn unpack(mut block: &[u8]) -> Result<Vec<Piece>, ExchangeError> {
         if data.len() != raw_len {
             return Err(ExchangeError("decompressed size differs from the header".into()));
         }
-        let dim =
-            |k: usize| u32::from_le_bytes(h[16 + 4 * k..20 + 4 * k].try_into().unwrap_or([0; 4])) as usize;
         out.push(Piece {
             step: u64_at(h, 56),
             index: u32::from_le_bytes(h[0..4].try_into().unwrap_or([0; 4])),
             part: u16::from_le_bytes([h[6], h[7]]),
-            ok: h[4] == 1,
+            ok,
             id: u64_at(h, 8),
-            shape: [dim(0), dim(1), dim(2), dim(3)],
+            shape,
             tokens: u64_at(h, 32),
             data,
         });
@@ -135,8 +147,41 @@ mod tests {
         let mut buf = Vec::new();
         pack(&mut buf, &ok, false).unwrap();
         pack(&mut buf, &failed, true).unwrap();
-        assert_eq!(unpack(&buf).unwrap(), vec![ok, failed]);
-        assert!(unpack(&buf[..buf.len() - 1]).is_err());
-        assert!(unpack(&[1, 2, 3]).is_err());
+        assert_eq!(unpack(&buf, 1 << 20).unwrap(), vec![ok, failed]);
+        assert!(unpack(&buf[..buf.len() - 1], 1 << 20).is_err());
+        assert!(unpack(&[1, 2, 3], 1 << 20).is_err());
+        assert!(unpack(&buf, 4703).is_err(), "larger than the run's largest tensor");
+    }
+
+    /// Lengths in a header are checked before anything is allocated: without the check, the
+    /// first of these asks zstd for a 2^50-byte buffer (the process aborts).
+    #[test]
+    fn announced_lengths_are_bounded_before_allocating() {
+        let piece = Piece {
+            step: 3,
+            index: 0,
+            part: 0,
+            id: 9,
+            shape: [1, 28, 28, 3],
+            tokens: 1,
+            ok: true,
+            data: vec![7; 2352],
+        };
+        let mut good = Vec::new();
+        pack(&mut good, &piece, true).unwrap();
+        let with = |at: usize, bytes: &[u8]| {
+            let mut b = good.clone();
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            b
+        };
+        let huge = with(40, &(1u64 << 50).to_le_bytes());
+        let e = unpack(&huge, 1 << 30).unwrap_err().to_string();
+        assert!(e.contains("announces 1125899906842624 bytes"), "{e}");
+        // Another shape with the same number of bytes passes here (the plan catches it, in the
+        // engine); a shape whose product overflows does not.
+        let overflow = with(16, &[0xff; 16]);
+        assert!(unpack(&overflow, usize::MAX).is_err());
+        let failed_with_bytes = with(4, &[0]);
+        assert!(unpack(&failed_with_bytes, 1 << 30).is_err(), "a failed piece carries no bytes");
     }
 }

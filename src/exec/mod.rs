@@ -5,6 +5,7 @@
 pub mod cgroup;
 pub mod emulated;
 pub mod exchange;
+mod fault;
 pub mod fingerprint;
 pub mod loader;
 pub mod replica;

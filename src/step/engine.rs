@@ -785,11 +785,20 @@ impl Engine {
                         let j = *p.job_of.get(&(m.key.slot, m.key.part))?;
                         (p.decoder_of(j) == from && p.owner_of(j) == me).then_some(j)
                     });
-                    if planned.is_none() || self.got.contains(&m.key) {
+                    let Some(j) = planned.filter(|_| !self.got.contains(&m.key)) else {
                         return Err(protocol(format!(
                             "rank {me} received part {} of slot {} of step {} from rank {from}, which the plan does not send it (or sent twice); every rank must run the same build",
                             m.key.part, m.key.slot, m.key.step
                         )));
+                    };
+                    if let Some(p) = agreed.plan_of(m.key.step) {
+                        let slot = p.slots[p.slot_of(j)];
+                        if m.ok && (m.shape != p.shapes[j] || m.id != slot.id) {
+                            return Err(protocol(format!(
+                                "rank {me} received from rank {from} part {} of slot {} of step {} as sample {} with shape {:?}; the plan says sample {} with shape {:?}; every rank must run the same build",
+                                m.key.part, m.key.slot, m.key.step, m.id, m.shape, slot.id, p.shapes[j]
+                            )));
+                        }
                     }
                     self.got.insert(m.key);
                     self.received.insert(m.key, m);
@@ -803,6 +812,16 @@ impl Engine {
                             "rank {me} received sample slot {} of step {} from rank {from}, which the rebalance does not move to it",
                             m.key.slot, m.key.step
                         )));
+                    }
+                    if let (true, Some(want)) =
+                        (m.ok, agreed.plan_of(step).and_then(|p| planned_shape(p, m.key.slot)))
+                    {
+                        if m.shape != want {
+                            return Err(protocol(format!(
+                                "rank {me} received from rank {from} sample slot {} of step {} with shape {:?}; the plan says {want:?}",
+                                m.key.slot, step, m.shape
+                            )));
+                        }
                     }
                     *self.bytes_in.entry(step).or_default() += bytes;
                     if m.ok {
@@ -831,6 +850,13 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// The whole shape a sample of `p` is decoded to: its pieces' frames added up.
+fn planned_shape(p: &Planned, slot: u32) -> Option<[usize; 4]> {
+    let jobs = p.jobs_of.get(slot as usize)?;
+    let first = p.shapes[*jobs.first()?];
+    Some([jobs.iter().map(|&j| p.shapes[j][0]).sum(), first[1], first[2], first[3]])
 }
 
 /// Sorted, without repeats.

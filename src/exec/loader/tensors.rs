@@ -98,12 +98,25 @@ impl Loader<'_> {
             }
             flags
         };
+        if let (Some(fault), Some(&to)) = (super::super::fault::injected(me), order.send.first()) {
+            let at: usize = counts[..to].iter().sum();
+            if counts[to] >= exchange::HEADER {
+                super::super::fault::corrupt(&mut send, at, fault);
+            }
+        }
         let received =
             self.world.get().exchange_packed(&send, &counts, &flags(&order.send), &flags(&order.expect))?;
         drop(send);
+        let max_bytes = self.largest_tensor(order.step, order.payload);
         let mut out = Vec::new();
         for q in (0..ranks).filter(|&q| q != me) {
-            for piece in exchange::unpack(received.block(q)).map_err(|e| ExecError::Invalid(e.to_string()))? {
+            let pieces = exchange::unpack(received.block(q), max_bytes).map_err(|e| {
+                ExecError::Invalid(format!(
+                    "rank {me}, {} step {}: from rank {q}: {e}",
+                    order.label, order.step
+                ))
+            })?;
+            for piece in pieces {
                 let bytes = (exchange::HEADER + piece.data.len()) as u64;
                 let key = PartKey { step: piece.step, slot: piece.index, part: piece.part };
                 if piece.ok && piece.shape.iter().product::<usize>() != piece.data.len() {
@@ -136,6 +149,18 @@ impl Loader<'_> {
         let t1 = self.now();
         self.span(0, "transfer", format!("{} step {}", order.label, order.step), t0, t1);
         Ok(out)
+    }
+
+    /// The most bytes one message of this exchange may carry, from the plan: the largest
+    /// planned piece of the step (parts), or its whole planned batch (samples, whose pieces add
+    /// up). Received lengths are checked against it before anything is allocated.
+    fn largest_tensor(&self, step: u64, payload: Payload) -> usize {
+        let Some(p) = self.agreed.plan_of(step) else { return 0 };
+        let bytes = p.shapes.iter().map(|s| s.iter().product::<usize>());
+        match payload {
+            Payload::Parts => bytes.max().unwrap_or(0),
+            Payload::Samples => bytes.sum(),
+        }
     }
 
     /// Puts samples together from their parts (a whole sample as it is, a split one

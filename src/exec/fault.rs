@@ -1,0 +1,75 @@
+//! Fault injection for the multi-rank tests of what peers send, in debug builds only:
+//! `DATAHELIX_FAULT=KIND@RANK` makes rank RANK corrupt the first tensor message it sends, the
+//! way a peer running another build (or a corrupted one) would. KIND is
+//!
+//! - `shape`: `[F, H, W, 3]` announced as `[F·H, 1, W, 3]` (the same bytes, another shape);
+//! - `oversized`: the header announces 2⁵⁰ uncompressed bytes, zstd-compressed;
+//! - `truncated`: the header announces more payload than the message holds;
+//! - `stale`: the header names an earlier step.
+//!
+//! `tests/peer_faults.rs` checks that each one ends the job on every rank with an error naming
+//! the rank, the step and what was wrong, without a huge allocation or a hang. Release builds
+//! compile none of it: [`injected`] is always `None` there.
+
+/// What a rank's first tensor message gets wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    Shape,
+    Oversized,
+    Truncated,
+    Stale,
+}
+
+/// The fault this rank injects into its next tensor message, once per process.
+pub(crate) fn injected(rank: usize) -> Option<Fault> {
+    #[cfg(debug_assertions)]
+    {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static FIRED: AtomicBool = AtomicBool::new(false);
+        let spec = std::env::var("DATAHELIX_FAULT").ok()?;
+        let (kind, at) = spec.split_once('@')?;
+        if at.parse::<usize>().ok()? != rank || FIRED.swap(true, Ordering::SeqCst) {
+            return None;
+        }
+        match kind {
+            "shape" => Some(Fault::Shape),
+            "oversized" => Some(Fault::Oversized),
+            "truncated" => Some(Fault::Truncated),
+            "stale" => Some(Fault::Stale),
+            _ => None,
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = rank;
+        None
+    }
+}
+
+/// Corrupts the message whose header starts at `header` in `send` (see the module docs).
+pub(crate) fn corrupt(send: &mut [u8], header: usize, fault: Fault) {
+    let h = &mut send[header..header + super::exchange::HEADER];
+    match fault {
+        Fault::Shape => {
+            // [F, H, W, 3] -> [F·H, 1, W, 3]: the same bytes, another shape.
+            let dim = |h: &[u8], k: usize| {
+                u32::from_le_bytes(h[16 + 4 * k..20 + 4 * k].try_into().unwrap_or([0; 4]))
+            };
+            let (f, height) = (dim(h, 0), dim(h, 1));
+            h[16..20].copy_from_slice(&f.wrapping_mul(height).to_le_bytes());
+            h[20..24].copy_from_slice(&1u32.to_le_bytes());
+        }
+        Fault::Oversized => {
+            h[5] = 1;
+            h[40..48].copy_from_slice(&(1u64 << 50).to_le_bytes());
+        }
+        Fault::Truncated => {
+            let wire = u64::from_le_bytes(h[48..56].try_into().unwrap_or([0; 8]));
+            h[48..56].copy_from_slice(&(wire + 4096).to_le_bytes());
+        }
+        Fault::Stale => {
+            let step = u64::from_le_bytes(h[56..64].try_into().unwrap_or([0; 8]));
+            h[56..64].copy_from_slice(&step.wrapping_sub(1).to_le_bytes());
+        }
+    }
+}
