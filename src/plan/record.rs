@@ -27,6 +27,9 @@ pub const MAX_OBSERVATIONS: usize = 8;
 pub const RECORD_BYTES: usize = HEADER + MAX_SKIPS * 8 + MAX_OBSERVATIONS * OBS_BYTES;
 
 const MAGIC: u32 = 0xD4_7A_5E_C1;
+/// The most decode workers a record may state for one rank: the planner sizes per-worker state by
+/// it, so a peer's `u32::MAX` must not reach it.
+pub const MAX_WORKERS: u32 = 1 << 16;
 const HEADER: usize = 96;
 const OBS_BYTES: usize = 40;
 
@@ -178,7 +181,7 @@ impl StepRecord {
             return Err(RecordError("counts out of range"));
         }
         let obs_at = HEADER + 8 * MAX_SKIPS;
-        Ok(StepRecord {
+        let rec = StepRecord {
             rank: u32_at(b, 4),
             step: u64_at(b, 8),
             workers: u32_at(b, 16),
@@ -206,7 +209,33 @@ impl StepRecord {
                     }
                 })
                 .collect(),
-        })
+        };
+        rec.check()?;
+        Ok(rec)
+    }
+
+    /// The bounds a peer's record must keep before the planner uses it: a worker count the
+    /// planner can size state by, and numbers that are finite (non-negative where they count
+    /// seconds, tokens or bytes).
+    fn check(&self) -> Result<(), RecordError> {
+        if self.workers > MAX_WORKERS || self.worker_millicores > 1_000_000 {
+            return Err(RecordError("decode workers out of range"));
+        }
+        let counts = [
+            self.queued_cpu_s,
+            self.gpu_s,
+            self.sum_tokens,
+            self.sum_tokens_sq,
+            self.zstd_ratio,
+            self.zstd_bps,
+        ];
+        let measured = self.observations.iter().flat_map(|o| [o.mpixels, o.mbits, o.discarded, o.seconds]);
+        if !self.accel_free_s.is_finite()
+            || counts.into_iter().chain(measured).any(|x| !(x.is_finite() && x >= 0.0))
+        {
+            return Err(RecordError("a time, count or measurement is negative or not finite"));
+        }
+        Ok(())
     }
 
     /// Decodes the concatenated records of an all-gather, checking each sits at its rank's slot.
@@ -231,6 +260,22 @@ impl StepRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without the bounds, a peer's `workers = u32::MAX` reached the planner (which sizes a heap
+    /// by it) and a NaN reached its sorts.
+    #[test]
+    fn out_of_range_fields_are_rejected() {
+        let good = StepRecord { rank: 0, workers: 4, gpu_s: 0.1, ..StepRecord::default() };
+        assert!(StepRecord::decode(&good.encode()).is_ok());
+        for bad in [
+            StepRecord { workers: u32::MAX, ..good.clone() },
+            StepRecord { gpu_s: f64::NAN, ..good.clone() },
+            StepRecord { queued_cpu_s: -1.0, ..good.clone() },
+            StepRecord { accel_free_s: f64::INFINITY, ..good.clone() },
+        ] {
+            assert!(StepRecord::decode(&bad.encode()).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn overflow_is_flagged_and_bad_bytes_rejected() {
