@@ -247,13 +247,23 @@ fn semantics(world: &mut World, large: bool) -> i32 {
     // Provided helpers.
     let mut mine = vec![0u8; rank * 3];
     check::fill(rank, 0, &mut mine);
-    match c.all_gather_v_vec(&mine) {
+    match c.all_gather_v_vec(&mine, usize::MAX) {
         Ok(all) => checks.expect(
             all.len() == n
                 && all.iter().enumerate().all(|(p, b)| b.len() == p * 3 && check::mismatches(p, 0, b).0 == 0),
             || "all_gather_v_vec wrong".into(),
         ),
         Err(e) => checks.expect(false, || format!("all_gather_v_vec: {e}")),
+    }
+    // A size above the bound (the last rank's) is refused on every rank before allocating, and
+    // no rank goes on to the data all-gather without the others.
+    if n > 1 {
+        match c.all_gather_v_vec(&mine, (n - 1) * 3 - 1) {
+            Ok(_) => checks.expect(false, || "all_gather_v_vec took a size above its bound".into()),
+            Err(e) => checks.expect(e.to_string().contains(&format!("rank {} announced", n - 1)), || {
+                format!("all_gather_v_vec over its bound: {e}")
+            }),
+        }
     }
     let blocks: Vec<Vec<u8>> = (0..n)
         .map(|p| {
@@ -262,7 +272,7 @@ fn semantics(world: &mut World, large: bool) -> i32 {
             b
         })
         .collect();
-    match c.all_to_all_v_vec(&blocks) {
+    match c.all_to_all_v_vec(&blocks, usize::MAX) {
         Ok(got) => checks.expect(
             got.iter().enumerate().all(|(p, b)| {
                 b.len() == (p + rank) % 4 * 100 && check::mismatches(p, rank * 10_000, b).0 == 0
@@ -284,7 +294,7 @@ fn semantics(world: &mut World, large: bool) -> i32 {
         .collect();
     let expect: Vec<bool> = (0..n).map(|p| pairs(p, rank)).collect();
     let send: Vec<bool> = (0..n).map(|p| pairs(rank, p)).collect();
-    match c.exchange_vec(&blocks, &send, &expect) {
+    match c.exchange_vec(&blocks, &send, &expect, usize::MAX) {
         Ok(got) => checks.expect(
             got.iter().enumerate().all(|(p, b)| {
                 if pairs(p, rank) {

@@ -221,13 +221,16 @@ pub trait Collective {
 
     /// Gathers a variable-size contribution from every rank without knowing sizes in advance (an
     /// all-gather of the sizes, then [`Collective::all_gather_v`]). Returns one buffer per rank.
-    fn all_gather_v_vec(&self, send: &[u8]) -> Result<Vec<Vec<u8>>> {
+    /// A size a rank announces above `max_per_rank` is an error before anything is allocated
+    /// (sizes come from peers: nothing is allocated as announced unchecked).
+    fn all_gather_v_vec(&self, send: &[u8], max_per_rank: usize) -> Result<Vec<Vec<u8>>> {
         let n = self.size();
         let sizes = self.all_gather_vec(&(send.len() as u64).to_le_bytes())?;
         let counts: Vec<usize> = sizes
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as usize)
             .collect();
+        announced_within(self, CollectiveOp::AllGather, &counts, max_per_rank)?;
         let displs = prefix_sums(&counts);
         let mut recv = vec![0u8; counts.iter().sum()];
         self.all_gather_v(send, &counts, &displs, &mut recv)?;
@@ -236,7 +239,8 @@ pub trait Collective {
 
     /// Sends `blocks[p]` to rank `p` and returns the block each rank sent here, in rank order.
     /// Exchanges the sizes first (an all-gather of one row per rank).
-    fn all_to_all_v_vec(&self, blocks: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+    /// A block a rank announces above `max_per_rank` is an error before anything is allocated.
+    fn all_to_all_v_vec(&self, blocks: &[Vec<u8>], max_per_rank: usize) -> Result<Vec<Vec<u8>>> {
         let n = self.size();
         if blocks.len() != n {
             return Err(CollectiveError::InvalidArgument {
@@ -253,14 +257,22 @@ pub trait Collective {
                 u64::from_le_bytes(matrix[at..at + 8].try_into().unwrap_or([0; 8])) as usize
             })
             .collect();
+        announced_within(self, CollectiveOp::AllToAllV, &recv_counts, max_per_rank)?;
         let send_counts: Vec<usize> = blocks.iter().map(Vec::len).collect();
         all_to_all_blocks(self, &blocks.concat(), &send_counts, &recv_counts)
     }
 
     /// Sends `blocks[p]` to every rank `p` with `send[p]` and receives one block from every rank
     /// `p` with `expect[p]`, in rank order (empty where nothing was expected; this rank's own block
-    /// is passed through). [`Collective::exchange_packed`] with the blocks in separate buffers.
-    fn exchange_vec(&self, blocks: &[Vec<u8>], send: &[bool], expect: &[bool]) -> Result<Vec<Vec<u8>>> {
+    /// is passed through). [`Collective::exchange_packed`] with the blocks in separate buffers
+    /// (and its `max_in`).
+    fn exchange_vec(
+        &self,
+        blocks: &[Vec<u8>],
+        send: &[bool],
+        expect: &[bool],
+        max_in: usize,
+    ) -> Result<Vec<Vec<u8>>> {
         let me = self.rank();
         let counts: Vec<usize> =
             blocks.iter().enumerate().map(|(p, b)| if p == me { 0 } else { b.len() }).collect();
@@ -268,7 +280,7 @@ pub trait Collective {
         for (_, b) in blocks.iter().enumerate().filter(|&(p, _)| p != me) {
             data.extend_from_slice(b);
         }
-        let packed = self.exchange_packed(&data, &counts, send, expect)?;
+        let packed = self.exchange_packed(&data, &counts, send, expect, max_in)?;
         let mut out: Vec<Vec<u8>> = (0..packed.counts.len()).map(|p| packed.block(p).to_vec()).collect();
         if let (Some(mine), Some(block)) = (out.get_mut(me), blocks.get(me)) {
             mine.clone_from(block);
@@ -288,13 +300,15 @@ pub trait Collective {
     ///
     /// The two sides must agree (`to[q]` on rank `p` equals `from[p]` on rank `q`): a rank
     /// expecting a block that never comes is a bug that ends in the collective watchdog. A block
-    /// for this rank itself or for a rank without `to` is an error (it would be dropped).
+    /// for this rank itself or for a rank without `to` is an error (it would be dropped). A block
+    /// size a peer announces above `max_in` is an error before anything is allocated.
     fn exchange_packed(
         &self,
         send: &[u8],
         send_counts: &[usize],
         to: &[bool],
         from: &[bool],
+        max_in: usize,
     ) -> Result<Packed> {
         let n = self.size();
         let me = self.rank();
@@ -340,6 +354,7 @@ pub trait Collective {
                 u64::from_le_bytes(got[at..at + 8].try_into().unwrap_or([0; 8])) as usize
             })
             .collect();
+        announced_within(self, CollectiveOp::AllToAllV, &counts, max_in)?;
         let total = counts
             .iter()
             .try_fold(0usize, |a, &c| a.checked_add(c))
@@ -398,6 +413,26 @@ impl Packed {
             (Some(&d), Some(&c)) => &self.data[d..d + c],
             _ => &[],
         }
+    }
+}
+
+/// Refuses sizes that peers announced above `max` (before the caller allocates by them), naming
+/// the first rank that did.
+fn announced_within<C: Collective + ?Sized>(
+    c: &C,
+    op: CollectiveOp,
+    counts: &[usize],
+    max: usize,
+) -> Result<()> {
+    match counts.iter().position(|&n| n > max) {
+        None => Ok(()),
+        Some(r) => Err(CollectiveError::InvalidArgument {
+            site: c.site_now(op),
+            what: format!(
+                "rank {r} announced {} bytes, more than the {max} this collective carries from one rank; every rank must run the same build",
+                counts[r]
+            ),
+        }),
     }
 }
 
@@ -587,8 +622,10 @@ mod tests {
     fn local_world_copies_and_validates() {
         let w = LocalWorld::new();
         assert_eq!(w.all_gather_vec(&[]).unwrap(), Vec::<u8>::new());
-        assert_eq!(w.all_gather_v_vec(b"abc").unwrap(), vec![b"abc".to_vec()]);
-        assert_eq!(w.all_to_all_v_vec(&[b"xy".to_vec()]).unwrap(), vec![b"xy".to_vec()]);
+        assert_eq!(w.all_gather_v_vec(b"abc", 3).unwrap(), vec![b"abc".to_vec()]);
+        let e = w.all_gather_v_vec(b"abc", 2).unwrap_err().to_string();
+        assert!(e.contains("rank 0 announced 3 bytes, more than the 2"), "{e}");
+        assert_eq!(w.all_to_all_v_vec(&[b"xy".to_vec()], 2).unwrap(), vec![b"xy".to_vec()]);
         let mut recv = [0u8; 4];
         w.all_to_all_v(b"abcd", &[2], &[1], &mut recv, &[2], &[2]).unwrap();
         assert_eq!(&recv, b"\0\0bc");
@@ -603,16 +640,16 @@ mod tests {
     fn packed_exchange_refuses_bytes_it_would_drop() {
         let w = LocalWorld::new();
         // One rank: nothing to send or receive; its own block passes through exchange_vec.
-        let got = w.exchange_packed(&[], &[0], &[false], &[false]).unwrap();
+        let got = w.exchange_packed(&[], &[0], &[false], &[false], 0).unwrap();
         assert_eq!(got.block(0), b"");
         assert_eq!(got.block(7), b"", "a rank outside the world has no block");
-        assert_eq!(w.exchange_vec(&[b"me".to_vec()], &[false], &[false]).unwrap(), vec![b"me".to_vec()]);
+        assert_eq!(w.exchange_vec(&[b"me".to_vec()], &[false], &[false], 0).unwrap(), vec![b"me".to_vec()]);
         // Bytes for this rank itself, counts that do not cover the buffer, wrong lengths.
-        let e = w.exchange_packed(b"ab", &[2], &[true], &[false]).unwrap_err().to_string();
+        let e = w.exchange_packed(b"ab", &[2], &[true], &[false], 0).unwrap_err().to_string();
         assert!(e.contains("2 bytes for rank 0") && e.contains("all_to_all_v"), "{e}");
-        let e = w.exchange_packed(b"abc", &[0], &[false], &[false]).unwrap_err().to_string();
+        let e = w.exchange_packed(b"abc", &[0], &[false], &[false], 0).unwrap_err().to_string();
         assert!(e.contains("add up to 0 bytes but the send buffer holds 3"), "{e}");
-        let e = w.exchange_packed(&[], &[0, 0], &[false], &[false]).unwrap_err().to_string();
+        let e = w.exchange_packed(&[], &[0, 0], &[false], &[false], 0).unwrap_err().to_string();
         assert!(e.contains("2 send counts, 1 send flags and 1 expectations for 1 ranks"), "{e}");
     }
 

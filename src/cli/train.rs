@@ -260,7 +260,8 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
 
     // Gather every rank's records (and spans) on every rank; rank 0 writes.
     let mine = serde_json::to_vec(&(records, spans)).map_err(fail)?;
-    let all = c.all_gather_v_vec(&mine).map_err(fail)?;
+    // A rank's records and spans as JSON: a generous bound (a long traced run is tens of MB).
+    let all = c.all_gather_v_vec(&mine, 1 << 31).map_err(fail)?;
     if rank != 0 {
         return Ok(0);
     }

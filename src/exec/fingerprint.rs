@@ -20,6 +20,9 @@ use crate::sampler::words_hash;
 
 /// Fields that are hashes (shown in hex).
 const HASHES: [&str; 4] = ["protocol", "build", "manifest_sha256", "index_sha256"];
+/// The most bytes a rank's fingerprint may take (its encoding is a few hundred bytes): a peer
+/// announcing more is refused before anything is allocated.
+const MAX_FINGERPRINT_BYTES: usize = 1 << 20;
 
 /// This build: the crate version and the commit it was built from (`build.rs`).
 pub fn build_id() -> String {
@@ -192,7 +195,7 @@ pub fn differences(all: &[Fingerprint]) -> Option<String> {
 /// running a build with more or fewer fields is named as such instead of truncating a
 /// fixed-size gather.
 pub fn check_same_job(world: &dyn Collective, mine: &Fingerprint) -> Result<(), String> {
-    let blocks = world.all_gather_v_vec(&mine.encode()).map_err(|e| e.to_string())?;
+    let blocks = world.all_gather_v_vec(&mine.encode(), MAX_FINGERPRINT_BYTES).map_err(|e| e.to_string())?;
     compare(mine, &blocks)
 }
 

@@ -715,7 +715,9 @@ impl<'w> Loader<'w> {
                     answer = Some(Event::Gathered(Arc::new(all)));
                 }
                 Action::GatherV(bytes) => {
-                    let all = self.world.get().all_gather_v_vec(&bytes)?;
+                    // The decoded sizes: one entry per sample a rank holds of the step.
+                    let max = crate::step::SIZE_ENTRY_BYTES * self.cfg.global_batch;
+                    let all = self.world.get().all_gather_v_vec(&bytes, max)?;
                     answer = Some(Event::GatheredV(Arc::new(all)));
                 }
                 Action::Agree(value) => answer = Some(Event::Agreed(self.world.get().agree(value)?)),

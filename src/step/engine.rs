@@ -834,7 +834,7 @@ impl Engine {
                 let decision = agreed.token_balance(step, || {
                     let mut decoded = Vec::new();
                     for (r, block) in blocks.iter().enumerate() {
-                        for c in block.chunks_exact(24) {
+                        for c in block.chunks_exact(super::SIZE_ENTRY_BYTES) {
                             let v =
                                 |at: usize| u64::from_le_bytes(c[at..at + 8].try_into().unwrap_or([0; 8]));
                             decoded.push(Decoded { id: v(0), owner: r as u32, tokens: v(8), bytes: v(16) });

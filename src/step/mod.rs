@@ -201,6 +201,11 @@ pub struct BatchSpec {
     pub decode_cpu_s: f64,
 }
 
+/// Bytes of one entry of post-balance's gathered sizes (sample slot, tokens, bytes: three `u64`).
+/// A rank holds at most a global batch of samples of a step, so its contribution to
+/// [`Action::GatherV`] is at most this times the global batch.
+pub const SIZE_ENTRY_BYTES: usize = 24;
+
 /// What the engine asks its driver to do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {

@@ -104,10 +104,20 @@ impl Loader<'_> {
                 super::super::fault::corrupt(&mut send, at, fault);
             }
         }
-        let received =
-            self.world.get().exchange_packed(&send, &counts, &flags(&order.send), &flags(&order.expect))?;
-        drop(send);
+        // What one rank may send here: every sample of the step at the largest planned size, with
+        // its header and zstd's worst case (a little over the raw bytes).
         let max_bytes = self.largest_tensor(order.step, order.payload);
+        let per_message = exchange::HEADER + max_bytes + max_bytes / 128 + 1024;
+        // (A sample may come in pieces: up to 16 per sample is far more than the planner makes.)
+        let max_in = per_message.saturating_mul(self.cfg.global_batch.max(1) * 16);
+        let received = self.world.get().exchange_packed(
+            &send,
+            &counts,
+            &flags(&order.send),
+            &flags(&order.expect),
+            max_in,
+        )?;
+        drop(send);
         let mut out = Vec::new();
         for q in (0..ranks).filter(|&q| q != me) {
             let pieces = exchange::unpack(received.block(q), max_bytes).map_err(|e| {
