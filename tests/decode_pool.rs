@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use datahelix::decode::pool::{Failure, Job, Pool, PoolConfig};
-use datahelix::decode::Params;
 use datahelix::descriptor::Descriptor;
 use decode_support::make_clip;
 
@@ -44,7 +43,7 @@ fn the_byte_budget_bounds_memory_and_rejects_oversized_samples() {
     let (a, _) = clips(dir.path());
     // a.mp4: 4 frames of 224×308×3.
     let one = 4 * 224 * 308 * 3;
-    let pool = Pool::new(PoolConfig { workers: 2, budget_bytes: one, params: Params::default() });
+    let pool = Pool::new(PoolConfig { workers: 2, budget_bytes: one, ..PoolConfig::default() });
     for id in 0..3 {
         pool.submit(Job::sampled(id, a.clone(), id));
     }
@@ -69,7 +68,7 @@ fn the_byte_budget_bounds_memory_and_rejects_oversized_samples() {
         assert_eq!(rx.recv_timeout(Duration::from_secs(30)).unwrap(), Some(true));
     });
     // A sample larger than the whole budget is an error for that sample only.
-    let small = Pool::new(PoolConfig { workers: 1, budget_bytes: one - 1, params: Params::default() });
+    let small = Pool::new(PoolConfig { workers: 1, budget_bytes: one - 1, ..PoolConfig::default() });
     small.submit(Job::sampled(42, a.clone(), 0));
     let o = small.recv().unwrap();
     let e = o.result.unwrap_err();

@@ -365,7 +365,8 @@ dh_result dh_config_from_file(const char *path, struct dh_config **config_out);
  * `check_plan` (`true`/`false`), `split_above_s` (placement policies: decode every sample
  * predicted longer than this many seconds in pieces), `max_frames`, `max_pixels`,
  * `collective_timeout_s` (the
- * collectives' watchdog, see `dh_loader_next`), `resume` (a state document from
+ * collectives' watchdog, see `dh_loader_next`), `decode_timeout_s` (the most one sample's
+ * decode may take before it is skipped with a reason; default 60, 0: no limit), `resume` (a state document from
  * `dh_loader_state`: the loader continues that run; checked here, and against the dataset by
  * `dh_loader_new`) or `resume_file` (a file holding one, e.g. from `datahelix train
  * --save-state`). Fails with `DH_NULL_PARAMETER`,
@@ -373,7 +374,9 @@ dh_result dh_config_from_file(const char *path, struct dh_config **config_out);
  * `DH_INVALID_PARAMETER` (the message names the key and the expected value); the configuration
  * is unchanged then. Not thread-safe for one configuration.
  */
-dh_result dh_config_set(struct dh_config *config, const char *key, const char *value);
+dh_result dh_config_set(struct dh_config *config,
+                        const char *key,
+                        const char *value);
 
 /**
  * Frees a configuration. NULL is a no-op. Freeing twice, or using the configuration afterwards,

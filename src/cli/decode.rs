@@ -25,6 +25,11 @@ pub enum StrategyArg {
     Seek,
 }
 
+/// A `--decode-timeout` in seconds as the pool's limit (0, negative or not finite: none).
+pub(crate) fn timeout(seconds: f64) -> Option<std::time::Duration> {
+    (seconds.is_finite() && seconds > 0.0).then(|| std::time::Duration::from_secs_f64(seconds.min(1e9)))
+}
+
 /// Preprocessing and pool options shared by `decode` and `calibrate`.
 #[derive(Debug, Args)]
 pub struct DecodeOpts {
@@ -46,6 +51,9 @@ pub struct DecodeOpts {
     /// Seek or scan.
     #[arg(long, value_enum, default_value_t = StrategyArg::Auto)]
     pub strategy: StrategyArg,
+    /// Seconds one sample's decode may take before it fails with a reason (0: no limit).
+    #[arg(long, default_value_t = 60.0)]
+    pub decode_timeout: f64,
 }
 
 impl DecodeOpts {
@@ -60,6 +68,7 @@ impl DecodeOpts {
             workers: self.workers.max(1),
             budget_bytes: self.budget_mib.saturating_mul(1 << 20),
             params: self.params(),
+            decode_timeout: timeout(self.decode_timeout),
         }
     }
 

@@ -56,6 +56,9 @@ pub struct TrainArgs {
     /// Bytes of decoded tensors a rank's pool may hold, MiB.
     #[arg(long, default_value_t = 1024)]
     pub budget_mib: usize,
+    /// Seconds one sample's decode may take before it is skipped with a reason (0: no limit).
+    #[arg(long, default_value_t = 60.0)]
+    pub decode_timeout: f64,
     /// Do not confine decode workers to per-rank CPU cgroups.
     #[arg(long)]
     pub no_cpu_budget: bool,
@@ -165,6 +168,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     cfg.lookahead = args.lookahead;
     cfg.split_above_s = args.split_above;
     cfg.budget_bytes = args.budget_mib << 20;
+    cfg.decode_timeout = super::decode::timeout(args.decode_timeout);
     cfg.cpu_budget = !args.no_cpu_budget;
     cfg.cores = cores;
     cfg.job = format!("{job:x}");

@@ -52,6 +52,15 @@ pub enum DecodeError {
     /// Not a single frame could be decoded.
     #[error("no frame decoded (zero-frame video)")]
     NoFrames,
+    /// The decode ran past its deadline (`decode_timeout_s`): a file far costlier than its
+    /// header promised (e.g. a long video without a seek index, scanned from the start).
+    #[error("decode stopped at its deadline of {timeout_s} s after {frames} frames (raise decode_timeout_s for such files, or re-encode them with a seek index)")]
+    Deadline {
+        /// The deadline, seconds after the decode started.
+        timeout_s: f64,
+        /// Frames decoded by then.
+        frames: u64,
+    },
     /// A decoded frame carries no presentation timestamp.
     #[error("decoded frame {frame} has no pts")]
     MissingPts {
@@ -179,6 +188,8 @@ pub struct Decoder {
     /// Dts of the first packet read after the last seek.
     first_dts_after_seek: Option<i64>,
     stats: DecodeStats,
+    /// When decoding must stop ([`Decoder::set_deadline`]), and that timeout in seconds.
+    deadline: Option<(std::time::Instant, f64)>,
 }
 
 /// Time of a pts relative to the stream start, as an exact rational of seconds.
@@ -214,6 +225,7 @@ impl Decoder {
             last: new(Frame::new())?,
             scalers: Vec::new(),
             draining: false,
+            deadline: None,
             position: None,
             first_dts_after_seek: None,
             stats: DecodeStats::default(),
@@ -271,6 +283,12 @@ impl Decoder {
         Ok(Shape { frames, height, width })
     }
 
+    /// Stops every later decode call with [`DecodeError::Deadline`] once `timeout` has passed
+    /// from now (checked at every packet read).
+    pub fn set_deadline(&mut self, timeout: std::time::Duration) {
+        self.deadline = Some((std::time::Instant::now() + timeout, timeout.as_secs_f64()));
+    }
+
     /// Decodes the next frame of the stream into `self.frame`; `Ok(false)` at the end.
     fn next_frame(&mut self) -> Result<bool, DecodeError> {
         loop {
@@ -289,6 +307,11 @@ impl Decoder {
                 Received::NeedInput => {}
             }
             loop {
+                if let Some((at, timeout_s)) = self.deadline {
+                    if std::time::Instant::now() >= at {
+                        return Err(DecodeError::Deadline { timeout_s, frames: self.stats.frames_decoded });
+                    }
+                }
                 if !self.input.read_packet(&mut self.packet).map_err(DecodeError::Demux)? {
                     self.codec.send(None).map_err(DecodeError::Decode)?;
                     self.draining = true;

@@ -221,11 +221,24 @@ pub struct PoolConfig {
     pub budget_bytes: usize,
     /// Preprocessing parameters.
     pub params: Params,
+    /// The most one decode may take ([`DEFAULT_DECODE_TIMEOUT`] by default; `None`: no limit).
+    /// A decode past it fails with a reason and the sample is skipped, so one pathological file
+    /// cannot hold a rank until the other ranks' watchdog ends the job.
+    pub decode_timeout: Option<std::time::Duration>,
 }
+
+/// [`PoolConfig::decode_timeout`]'s default: 60 s, far above any sample of the benchmarks
+/// (a second at most) and well below the collectives' watchdog (300 s).
+pub const DEFAULT_DECODE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        PoolConfig { workers: 1, budget_bytes: 256 << 20, params: Params::default() }
+        PoolConfig {
+            workers: 1,
+            budget_bytes: 256 << 20,
+            params: Params::default(),
+            decode_timeout: Some(DEFAULT_DECODE_TIMEOUT),
+        }
     }
 }
 
@@ -375,7 +388,7 @@ impl Pool {
                 let (q, b, tx) = (queue.clone(), buffers.clone(), tx.clone());
                 std::thread::Builder::new()
                     .name(format!("dh-decode-{i}"))
-                    .spawn(move || worker(q, b, tx, config.params))
+                    .spawn(move || worker(q, b, tx, config.params, config.decode_timeout))
                     .expect("spawn decode worker")
             })
             .collect();
@@ -444,7 +457,13 @@ impl Drop for Pool {
     }
 }
 
-fn worker(queue: Arc<Queue>, buffers: Arc<Buffers>, tx: mpsc::Sender<Outcome>, params: Params) {
+fn worker(
+    queue: Arc<Queue>,
+    buffers: Arc<Buffers>,
+    tx: mpsc::Sender<Outcome>,
+    params: Params,
+    timeout: Option<std::time::Duration>,
+) {
     loop {
         let job = {
             let mut st = queue.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -461,7 +480,9 @@ fn worker(queue: Arc<Queue>, buffers: Arc<Buffers>, tx: mpsc::Sender<Outcome>, p
             }
         };
         let (id, deadline, path) = (job.id, job.deadline, job.path.clone());
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_job(&job, &buffers, &params)));
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_job(&job, &buffers, &params, timeout)
+        }));
         let (result, seconds, cpu_seconds) = match run {
             Ok(Some(r)) => r,
             Ok(None) => return, // shutting down
@@ -510,12 +531,20 @@ pub fn check_file(job: &Job) -> Result<(), Failure> {
 
 type JobResult = (Result<Output, Failure>, f64, f64);
 
-fn run_job(job: &Job, buffers: &Arc<Buffers>, params: &Params) -> Option<JobResult> {
+fn run_job(
+    job: &Job,
+    buffers: &Arc<Buffers>,
+    params: &Params,
+    timeout: Option<std::time::Duration>,
+) -> Option<JobResult> {
     let (t0, c0) = (Instant::now(), thread_cpu_seconds());
     let mut waited = 0.0;
     let result = (|| -> Result<Option<Output>, Failure> {
         check_file(job)?;
         let mut dec = Decoder::open(&job.path)?;
+        if let Some(t) = timeout {
+            dec.set_deadline(t);
+        }
         if job.mode == Mode::AllFrames {
             return Ok(Some(Output::AllFrames(dec.decode_all_frames()?)));
         }

@@ -89,6 +89,9 @@ pub struct LoaderConfig {
     pub params: Params,
     /// Bytes of decoded tensors a rank may hold in its pool.
     pub budget_bytes: usize,
+    /// The most one sample's decode may take before it is skipped with a reason (`None`: no
+    /// limit; default [`crate::decode::pool::DEFAULT_DECODE_TIMEOUT`]).
+    pub decode_timeout: Option<Duration>,
     /// Enforce the per-rank CPU budget with a cgroup.
     pub cpu_budget: bool,
     /// Cores of the machine the budget divides (0: all online cores).
@@ -137,6 +140,7 @@ impl LoaderConfig {
             lookahead: 2,
             params: Params::default(),
             budget_bytes: 512 << 20,
+            decode_timeout: Some(crate::decode::pool::DEFAULT_DECODE_TIMEOUT),
             cpu_budget: false,
             cores: 0.0,
             job: format!("{}", std::process::id()),
@@ -486,6 +490,7 @@ impl<'w> Loader<'w> {
             workers: workers_here as usize,
             budget_bytes: cfg.budget_bytes,
             params: cfg.params,
+            decode_timeout: cfg.decode_timeout,
         });
         group.leave_current_thread();
         // One worker's share of a core under the budget, for the decode priors (all-gathered:

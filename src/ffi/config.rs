@@ -40,6 +40,7 @@ pub(crate) const KEYS: &[&str] = &[
     "max_frames",
     "max_pixels",
     "collective_timeout_s",
+    "decode_timeout_s",
     "resume",
     "resume_file",
 ];
@@ -128,6 +129,13 @@ impl dh_config {
                     return Err(invalid(key, value, "expected a positive number of seconds"));
                 }
                 self.comm.timeout = Duration::from_secs_f64(s);
+            }
+            "decode_timeout_s" => {
+                let s: f64 = num(key, value, "expected seconds")?;
+                if !(s.is_finite() && s >= 0.0) {
+                    return Err(invalid(key, value, "expected finite, non-negative seconds (0: no limit)"));
+                }
+                l.decode_timeout = (s > 0.0).then(|| Duration::from_secs_f64(s.min(1e9)));
             }
             "resume" => {
                 let state =
@@ -228,7 +236,8 @@ pub extern "C" fn dh_config_from_file(path: *const c_char, config_out: *mut *mut
 /// `check_plan` (`true`/`false`), `split_above_s` (placement policies: decode every sample
 /// predicted longer than this many seconds in pieces), `max_frames`, `max_pixels`,
 /// `collective_timeout_s` (the
-/// collectives' watchdog, see `dh_loader_next`), `resume` (a state document from
+/// collectives' watchdog, see `dh_loader_next`), `decode_timeout_s` (the most one sample's
+/// decode may take before it is skipped with a reason; default 60, 0: no limit), `resume` (a state document from
 /// `dh_loader_state`: the loader continues that run; checked here, and against the dataset by
 /// `dh_loader_new`) or `resume_file` (a file holding one, e.g. from `datahelix train
 /// --save-state`). Fails with `DH_NULL_PARAMETER`,
