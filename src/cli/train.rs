@@ -59,6 +59,10 @@ pub struct TrainArgs {
     /// Seconds one sample's decode may take before it is skipped with a reason (0: no limit).
     #[arg(long, default_value_t = 60.0)]
     pub decode_timeout: f64,
+    /// The largest fraction of planned samples that may fail (bad in the index or in decoding)
+    /// before the run ends with their ids; at least 10 must fail first (1: no limit).
+    #[arg(long, default_value_t = 0.01)]
+    pub max_skip_rate: f64,
     /// Do not confine decode workers to per-rank CPU cgroups.
     #[arg(long)]
     pub no_cpu_budget: bool,
@@ -169,6 +173,13 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     cfg.split_above_s = args.split_above;
     cfg.budget_bytes = args.budget_mib << 20;
     cfg.decode_timeout = super::decode::timeout(args.decode_timeout);
+    if !(args.max_skip_rate.is_finite() && args.max_skip_rate >= 0.0) {
+        return Err(CliError::usage(format!(
+            "--max-skip-rate {}: expected a fraction, 0 to 1",
+            args.max_skip_rate
+        )));
+    }
+    cfg.max_skip_rate = args.max_skip_rate;
     cfg.cpu_budget = !args.no_cpu_budget;
     cfg.cores = cores;
     cfg.job = format!("{job:x}");

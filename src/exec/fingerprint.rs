@@ -69,6 +69,8 @@ pub struct JobFacts<'a> {
     pub check_plan: bool,
     /// The split threshold, seconds (`None`: automatic).
     pub split_above_s: Option<f64>,
+    /// The skip budget (every rank must end the run at the same point).
+    pub max_skip_rate: f64,
 }
 
 impl Fingerprint {
@@ -97,6 +99,7 @@ impl Fingerprint {
             ("token_formula", text_hash(job.formula)),
             ("check_plan", job.check_plan as u64),
             ("split_above_s", job.split_above_s.map_or(u64::MAX, f64::to_bits)),
+            ("max_skip_rate", job.max_skip_rate.to_bits()),
         ])
     }
 
@@ -118,6 +121,7 @@ impl Fingerprint {
             formula: "",
             check_plan: false,
             split_above_s: None,
+            max_skip_rate: 0.0,
         });
         f.fields.iter_mut().for_each(|f| f.1 = 0);
         f
@@ -317,6 +321,7 @@ mod tests {
             formula: "tokens",
             check_plan: true,
             split_above_s: None,
+            max_skip_rate: 0.01,
         };
         let a = Fingerprint::of(&facts("helix"));
         assert_eq!(a, Fingerprint::of(&facts("helix")), "a pure function of the facts");

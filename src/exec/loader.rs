@@ -92,6 +92,9 @@ pub struct LoaderConfig {
     /// The most one sample's decode may take before it is skipped with a reason (`None`: no
     /// limit; default [`crate::decode::pool::DEFAULT_DECODE_TIMEOUT`]).
     pub decode_timeout: Option<Duration>,
+    /// The largest fraction of planned samples that may fail before the run ends with their ids
+    /// (default [`crate::step::DEFAULT_MAX_SKIP_RATE`], 1%; 1: no limit).
+    pub max_skip_rate: f64,
     /// Enforce the per-rank CPU budget with a cgroup.
     pub cpu_budget: bool,
     /// Cores of the machine the budget divides (0: all online cores).
@@ -141,6 +144,7 @@ impl LoaderConfig {
             params: Params::default(),
             budget_bytes: 512 << 20,
             decode_timeout: Some(crate::decode::pool::DEFAULT_DECODE_TIMEOUT),
+            max_skip_rate: crate::step::DEFAULT_MAX_SKIP_RATE,
             cpu_budget: false,
             cores: 0.0,
             job: format!("{}", std::process::id()),
@@ -173,6 +177,7 @@ impl LoaderConfig {
             // Several steps of every rank's observations: one step's near-equal sums alone
             // leave the fit ill-conditioned at many ranks.
             accel_window: 8 * ranks.max(8),
+            max_skip_rate: self.max_skip_rate,
         }
     }
 }
@@ -463,6 +468,7 @@ impl<'w> Loader<'w> {
                 formula: cfg.token_formula.name(),
                 check_plan: cfg.check_plan,
                 split_above_s: cfg.split_above_s,
+                max_skip_rate: cfg.max_skip_rate,
             }),
             Err(_) => Fingerprint::unready(),
         };

@@ -41,6 +41,7 @@ pub(crate) const KEYS: &[&str] = &[
     "max_pixels",
     "collective_timeout_s",
     "decode_timeout_s",
+    "max_skip_rate",
     "resume",
     "resume_file",
 ];
@@ -136,6 +137,13 @@ impl dh_config {
                     return Err(invalid(key, value, "expected finite, non-negative seconds (0: no limit)"));
                 }
                 l.decode_timeout = (s > 0.0).then(|| Duration::from_secs_f64(s.min(1e9)));
+            }
+            "max_skip_rate" => {
+                let r: f64 = num(key, value, "expected a fraction")?;
+                if !(r.is_finite() && r >= 0.0) {
+                    return Err(invalid(key, value, "expected a fraction, 0 to 1 (1: no limit)"));
+                }
+                l.max_skip_rate = r;
             }
             "resume" => {
                 let state =
@@ -237,7 +245,9 @@ pub extern "C" fn dh_config_from_file(path: *const c_char, config_out: *mut *mut
 /// predicted longer than this many seconds in pieces), `max_frames`, `max_pixels`,
 /// `collective_timeout_s` (the
 /// collectives' watchdog, see `dh_loader_next`), `decode_timeout_s` (the most one sample's
-/// decode may take before it is skipped with a reason; default 60, 0: no limit), `resume` (a state document from
+/// decode may take before it is skipped with a reason; default 60, 0: no limit),
+/// `max_skip_rate` (the largest fraction of planned samples that may fail before the run ends
+/// with their ids, once 10 have; default 0.01, 1: no limit), `resume` (a state document from
 /// `dh_loader_state`: the loader continues that run; checked here, and against the dataset by
 /// `dh_loader_new`) or `resume_file` (a file holding one, e.g. from `datahelix train
 /// --save-state`). Fails with `DH_NULL_PARAMETER`,

@@ -100,6 +100,8 @@ impl SimConfig {
             seed: self.seed,
             accel_prior: self.accel_prior,
             accel_window: self.accel_window,
+            // The simulated decodes never fail: no budget to keep.
+            max_skip_rate: 1.0,
         }
     }
 }

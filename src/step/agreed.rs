@@ -56,7 +56,17 @@ pub struct AgreedConfig {
     pub accel_prior: AccelModel,
     /// Observations the accelerator fit keeps.
     pub accel_window: usize,
+    /// The largest fraction of planned samples that may fail (bad in the index or in decoding)
+    /// before the run ends with the failing ids ([`Agreed::skip_budget`]); 1 or more: no limit.
+    pub max_skip_rate: f64,
 }
+
+/// Failures below this many never end a run, whatever the rate (a first bad sample among the
+/// first few planned is no evidence of a broken dataset).
+pub const MIN_SKIPS_JUDGED: u64 = 10;
+
+/// [`AgreedConfig::max_skip_rate`]'s default: 1%.
+pub const DEFAULT_MAX_SKIP_RATE: f64 = 0.01;
 
 impl AgreedConfig {
     /// A small configuration for examples and tests: helix, G = 2, 4 steps.
@@ -75,8 +85,21 @@ impl AgreedConfig {
             seed: 0,
             accel_prior: AccelModel { c0: 0.01, a: 1e-6, b: 0.0 },
             accel_window: 64,
+            max_skip_rate: 1.0,
         }
     }
+}
+
+/// The samples that failed so far, against the samples planned ([`Agreed::skip_budget`]).
+#[derive(Clone, Debug, Default)]
+struct SkipTally {
+    /// Ids that failed, in the order they were learned (index-bad ones at planning, decode
+    /// failures from the gathered records).
+    ids: Vec<u64>,
+    /// Failures a record could not list (more than its room): counted, not named.
+    unlisted: u64,
+    /// Samples of every planned global batch.
+    planned: u64,
 }
 
 /// What one sample of a planned step is.
@@ -179,6 +202,7 @@ pub struct Agreed {
     inputs: Vec<(u64, PlanInput)>,
     /// Per step: the samples as the after-decode step sees them and the moves it decided.
     after: BTreeMap<u64, Arc<AfterDecode>>,
+    skips: SkipTally,
 }
 
 /// The after-decode step's decision of one step (every rank's is the same).
@@ -216,6 +240,7 @@ impl Agreed {
             keep_inputs: false,
             inputs: Vec::new(),
             after: BTreeMap::new(),
+            skips: SkipTally::default(),
         }
     }
 
@@ -317,6 +342,10 @@ impl Agreed {
                 }
             }
         }
+        for r in records {
+            self.skips.ids.extend_from_slice(&r.skips);
+            self.skips.unlisted += u64::from(r.skips_overflow);
+        }
         self.states = records.iter().map(StepRecord::rank_state).collect();
         let zstd: Vec<&StepRecord> = records.iter().filter(|r| r.zstd_bps > 0.0).collect();
         if !zstd.is_empty() {
@@ -326,6 +355,39 @@ impl Agreed {
                 zstd.iter().map(|r| r.zstd_bps).sum::<f64>() / n,
             );
         }
+    }
+
+    /// A sample that failed on this rank, for the DataLoader-style baselines, which gather no
+    /// records after their first round: their skip budget counts each rank's own failures (and
+    /// the index-bad samples every rank knows) against its share of the planned samples.
+    pub fn note_local_skip(&mut self, id: u64) {
+        self.skips.ids.push(id);
+    }
+
+    /// Whether the run stays within its skip budget: `Err` (what failed and what to do) once more
+    /// than `max_skip_rate` of the samples planned so far failed, and at least
+    /// [`MIN_SKIPS_JUDGED`]. With records every round, every rank reaches the same verdict at the
+    /// same round, so the run ends everywhere at once.
+    pub fn skip_budget(&self) -> Result<(), String> {
+        let rate = self.cfg.max_skip_rate;
+        let failed = self.skips.ids.len() as u64 + self.skips.unlisted;
+        let planned = if self.cfg.policy.uses_records() {
+            self.skips.planned
+        } else {
+            self.skips.planned.div_ceil(self.ranks.max(1) as u64)
+        };
+        if rate >= 1.0 || failed < MIN_SKIPS_JUDGED || (failed as f64) <= rate * planned as f64 {
+            return Ok(());
+        }
+        let shown: Vec<String> = self.skips.ids.iter().take(20).map(u64::to_string).collect();
+        let more = failed.saturating_sub(shown.len() as u64);
+        Err(format!(
+            "{failed} of the {planned} samples planned so far failed (bad in the index, or their decode: each decoding \
+             rank's log says why), more than --max-skip-rate {rate}: ids {}{}; fix or remove them, re-run \
+             `datahelix index` (a copied dataset has new modification times), or raise max_skip_rate",
+            shown.join(", "),
+            if more > 0 { format!(" and {more} more") } else { String::new() }
+        ))
     }
 
     /// The step in training and its predicted seconds on the slowest rank; set once per step by
@@ -410,6 +472,8 @@ impl Agreed {
             slots.push(Slot { id, pos, desc, ok: desc.is_some_and(|d| d.status.is_ok()) });
         }
         let usable: Vec<usize> = (0..slots.len()).filter(|&k| slots[k].ok).collect();
+        self.skips.planned += slots.len() as u64;
+        self.skips.ids.extend(slots.iter().filter(|s| !s.ok).map(|s| s.id));
         // Every rank's batch of step t is due when step t−1 ends; steps planned before are
         // predicted again (the model has learned since), against the steps running short by
         // one spread of the model: a batch is then ready even when they do.

@@ -118,6 +118,9 @@ pub struct Engine {
     stages: VecDeque<Stage>,
     waiting: Option<Waiting>,
     counters: Counters,
+    /// This rank's decode failures not yet told to the skip budget (baselines only: the
+    /// planning policies learn every rank's from the gathered records).
+    local_skips: Vec<u64>,
 }
 
 fn protocol(what: String) -> StepError {
@@ -135,6 +138,7 @@ impl Engine {
             worker_millicores,
             record: StepRecord { rank: rank as u32, workers, worker_millicores, ..StepRecord::default() },
             zstd: (0.0, 0.0),
+            local_skips: Vec::new(),
             outstanding: HashMap::new(),
             done: HashMap::new(),
             received: HashMap::new(),
@@ -252,7 +256,12 @@ impl Engine {
                             seconds: f.seconds,
                         });
                     }
-                    (false, _) => self.record.push_skip(slot.id),
+                    (false, _) => {
+                        self.record.push_skip(slot.id);
+                        if !agreed.config().policy.uses_records() {
+                            self.local_skips.push(slot.id);
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -366,7 +375,16 @@ impl Engine {
         let cfg = agreed.config();
         match stage {
             Stage::Round { current, from } => {
+                // The skip budget, from what every rank knows (its own failures too, for the
+                // baselines): the run ends here, at a round's start, on every rank at once.
                 let last = (current + 1 + cfg.lookahead as u64).min(cfg.steps.max(current + 1));
+                for id in std::mem::take(&mut self.local_skips) {
+                    agreed.note_local_skip(id);
+                }
+                agreed
+                    .skip_budget()
+                    .map_err(|e| StepError::SkipBudget(format!("rank {}, step {current}: {e}", self.rank)))?;
+                let cfg = agreed.config();
                 let todo: Vec<u64> = (from..last).filter(|t| !self.submitted.contains(t)).collect();
                 if todo.is_empty() {
                     return Ok(None);

@@ -53,7 +53,10 @@
 mod agreed;
 mod engine;
 
-pub use agreed::{AfterDecode, Agreed, AgreedConfig, Catalog, LastExchange, Planned, Slot};
+pub use agreed::{
+    AfterDecode, Agreed, AgreedConfig, Catalog, LastExchange, Planned, Slot, DEFAULT_MAX_SKIP_RATE,
+    MIN_SKIPS_JUDGED,
+};
 pub use engine::{Counters, Engine};
 
 use std::sync::Arc;
@@ -269,4 +272,7 @@ pub enum StepError {
     /// A peer or the driver broke the protocol, with what to do.
     #[error("{0}")]
     Protocol(String),
+    /// More samples failed than the run's skip budget allows (`max_skip_rate`), with their ids.
+    #[error("{0}")]
+    SkipBudget(String),
 }

@@ -1,0 +1,71 @@
+//! The skip budget (issue 18, item 4): a run whose samples keep failing ends on every rank with
+//! the failing ids and what to do, instead of training on silently empty batches. Tried as a
+//! user would: a dataset copied with new modification times makes every sample "changed" since
+//! indexing.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn train(data: &std::path::Path, policy: &str, extra: &[&str]) -> (bool, String, Duration) {
+    let out = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new("mpirun");
+    common::mpi_env(&mut cmd)
+        .env("DATAHELIX_COLLECTIVE_TIMEOUT", "30")
+        .args(["-np", "2", "-x", "DATAHELIX_COLLECTIVE_TIMEOUT"])
+        .arg(env!("CARGO_BIN_EXE_datahelix"))
+        .arg("train")
+        .arg("--data")
+        .arg(data)
+        .args([
+            "--policy",
+            policy,
+            "--global-batch",
+            "4",
+            "--workers",
+            "2",
+            "--steps",
+            "12",
+            "--no-cpu-budget",
+        ])
+        .args(extra)
+        .arg("--out")
+        .arg(out.path().join("r.json"));
+    let t = Instant::now();
+    let o = common::run_limited(&mut cmd, Duration::from_secs(120));
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    (o.status.success(), text, t.elapsed())
+}
+
+#[test]
+fn a_run_whose_samples_all_fail_ends_with_their_ids() {
+    // Indexed, then every file rewritten with new modification times (the bytes are the same).
+    let data = common::copy_dataset(&common::tiny_dataset());
+    let o = common::run(Command::new(env!("CARGO_BIN_EXE_datahelix")).arg("index").arg(data.path()));
+    assert!(o.status.success());
+    let later = std::time::SystemTime::now() + Duration::from_secs(3600);
+    for line in std::fs::read_to_string(data.path().join("manifest.jsonl")).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let f =
+            std::fs::File::options().write(true).open(data.path().join(v["path"].as_str().unwrap())).unwrap();
+        f.set_modified(later).unwrap();
+    }
+    for policy in ["helix", "rank-local"] {
+        let (ok, text, took) = train(data.path(), policy, &[]);
+        assert!(!ok, "{policy}: the run went on with every sample failing:\n{text}");
+        assert!(
+            text.contains("more than --max-skip-rate 0.01") && text.contains("re-run `datahelix index`"),
+            "{policy}:\n{text}"
+        );
+        assert!(
+            text.contains("ids ") && text.chars().filter(|c| c.is_ascii_digit()).count() > 20,
+            "{policy}: no ids:\n{text}"
+        );
+        assert!(took < Duration::from_secs(60), "{policy}: took {took:?}");
+        eprintln!("{policy}: ended in {took:.1?}");
+        // With the budget lifted, the same run goes to its end, every sample skipped.
+        let (ok, text, _) = train(data.path(), policy, &["--max-skip-rate", "1"]);
+        assert!(ok, "{policy} with --max-skip-rate 1:\n{text}");
+    }
+}
