@@ -35,6 +35,15 @@ fn statuses(dir: &Path) -> BTreeMap<u64, Status> {
     (0..index.len()).map(|i| index.get(i).unwrap()).map(|d| (d.id, d.status)).collect()
 }
 
+/// `manifest.jsonl` of these `(id, path)` samples.
+fn write_manifest(dir: &Path, samples: &[(u64, &str)]) {
+    let text: String = samples
+        .iter()
+        .map(|(id, p)| format!("{{\"id\": {id}, \"path\": \"{p}\", \"text_tokens\": 4}}\n"))
+        .collect();
+    std::fs::write(dir.join("manifest.jsonl"), text).unwrap();
+}
+
 fn opts() -> BuildOptions {
     BuildOptions { workers: 2, progress: false, force: false }
 }
@@ -49,11 +58,7 @@ fn links_out_of_the_dataset_are_refused_at_index_and_at_decode() {
     std::os::unix::fs::symlink(d.join(&mp4), d.join("inside-link.mp4")).unwrap();
     std::os::unix::fs::symlink(outside.path().join("clip.mp4"), d.join("outside-link.mp4")).unwrap();
     twin(&d.join(&mp4), &d.join("swapped.mp4"));
-    let manifest = [(1, "inside-link.mp4"), (2, "outside-link.mp4"), (3, "swapped.mp4")]
-        .iter()
-        .map(|(id, p)| format!("{{\"id\": {id}, \"path\": \"{p}\", \"text_tokens\": 4}}\n"))
-        .collect::<String>();
-    std::fs::write(d.join("manifest.jsonl"), manifest).unwrap();
+    write_manifest(d, &[(1, "inside-link.mp4"), (2, "outside-link.mp4"), (3, "swapped.mp4")]);
 
     build(d, &opts()).unwrap();
     let s = statuses(d);
@@ -114,11 +119,7 @@ fn ffmpeg_opens_only_the_supported_containers() {
         "#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1,\nhttp://127.0.0.1:9/x.ts\n#EXT-X-ENDLIST\n",
     )
     .unwrap();
-    let manifest = [(1, "good.mp4"), (2, "clip.avi"), (3, "ts-named.mp4"), (4, "playlist.mp4")]
-        .iter()
-        .map(|(id, p)| format!("{{\"id\": {id}, \"path\": \"{p}\", \"text_tokens\": 4}}\n"))
-        .collect::<String>();
-    std::fs::write(d.join("manifest.jsonl"), manifest).unwrap();
+    write_manifest(d, &[(1, "good.mp4"), (2, "clip.avi"), (3, "ts-named.mp4"), (4, "playlist.mp4")]);
     build(d, &opts()).unwrap();
     let s = statuses(d);
     assert_eq!(s[&1], Status::Ok);

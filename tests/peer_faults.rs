@@ -10,42 +10,12 @@
 
 mod common;
 
-use std::process::Command;
-use std::time::{Duration, Instant};
-
-fn run_with_fault(fault: &str) -> (bool, String, Duration) {
-    let data = common::tiny_dataset();
-    let out = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new("mpirun");
-    common::mpi_env(&mut cmd)
-        .env("DATAHELIX_FAULT", format!("{fault}@1"))
-        .env("DATAHELIX_COLLECTIVE_TIMEOUT", "20")
-        .args(["-np", "2", "-x", "DATAHELIX_FAULT", "-x", "DATAHELIX_COLLECTIVE_TIMEOUT"])
-        .arg(env!("CARGO_BIN_EXE_datahelix"))
-        .arg("train")
-        .arg("--data")
-        .arg(&data)
-        .args([
-            "--policy",
-            "actor-pool",
-            "--global-batch",
-            "4",
-            "--workers",
-            "2",
-            "--steps",
-            "6",
-            "--no-cpu-budget",
-        ])
-        .arg("--out")
-        .arg(out.path().join("r.json"));
-    let t = Instant::now();
-    let o = common::run_limited(&mut cmd, Duration::from_secs(120));
-    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    (o.status.success(), text, t.elapsed())
-}
+use std::time::Duration;
 
 fn assert_refused(fault: &str, says: &str) {
-    let (ok, text, took) = run_with_fault(fault);
+    let env = [("DATAHELIX_FAULT", format!("{fault}@1"))];
+    let common::TrainRun { ok, text, took } =
+        common::train_2_ranks(&common::tiny_dataset(), "actor-pool", 6, &[], &env);
     assert!(!ok, "{fault}: the job finished as if nothing were wrong:\n{text}");
     assert!(text.contains(says), "{fault}: no {says:?} in:\n{text}");
     assert!(text.contains("from rank 1"), "{fault}: the sender is not named:\n{text}");

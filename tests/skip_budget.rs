@@ -6,37 +6,7 @@
 mod common;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
-
-fn train(data: &std::path::Path, policy: &str, extra: &[&str]) -> (bool, String, Duration) {
-    let out = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new("mpirun");
-    common::mpi_env(&mut cmd)
-        .env("DATAHELIX_COLLECTIVE_TIMEOUT", "30")
-        .args(["-np", "2", "-x", "DATAHELIX_COLLECTIVE_TIMEOUT"])
-        .arg(env!("CARGO_BIN_EXE_datahelix"))
-        .arg("train")
-        .arg("--data")
-        .arg(data)
-        .args([
-            "--policy",
-            policy,
-            "--global-batch",
-            "4",
-            "--workers",
-            "2",
-            "--steps",
-            "12",
-            "--no-cpu-budget",
-        ])
-        .args(extra)
-        .arg("--out")
-        .arg(out.path().join("r.json"));
-    let t = Instant::now();
-    let o = common::run_limited(&mut cmd, Duration::from_secs(120));
-    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    (o.status.success(), text, t.elapsed())
-}
+use std::time::Duration;
 
 #[test]
 fn a_run_whose_samples_all_fail_ends_with_their_ids() {
@@ -52,7 +22,7 @@ fn a_run_whose_samples_all_fail_ends_with_their_ids() {
         f.set_modified(later).unwrap();
     }
     for policy in ["helix", "rank-local"] {
-        let (ok, text, took) = train(data.path(), policy, &[]);
+        let common::TrainRun { ok, text, took } = common::train_2_ranks(data.path(), policy, 12, &[], &[]);
         assert!(!ok, "{policy}: the run went on with every sample failing:\n{text}");
         assert!(
             text.contains("more than --max-skip-rate 0.01") && text.contains("re-run `datahelix index`"),
@@ -65,7 +35,8 @@ fn a_run_whose_samples_all_fail_ends_with_their_ids() {
         assert!(took < Duration::from_secs(60), "{policy}: took {took:?}");
         eprintln!("{policy}: ended in {took:.1?}");
         // With the budget lifted, the same run goes to its end, every sample skipped.
-        let (ok, text, _) = train(data.path(), policy, &["--max-skip-rate", "1"]);
+        let common::TrainRun { ok, text, .. } =
+            common::train_2_ranks(data.path(), policy, 12, &["--max-skip-rate", "1"], &[]);
         assert!(ok, "{policy} with --max-skip-rate 1:\n{text}");
     }
 }

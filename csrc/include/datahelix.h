@@ -366,7 +366,9 @@ dh_result dh_config_from_file(const char *path, struct dh_config **config_out);
  * predicted longer than this many seconds in pieces), `max_frames`, `max_pixels`,
  * `collective_timeout_s` (the
  * collectives' watchdog, see `dh_loader_next`), `decode_timeout_s` (the most one sample's
- * decode may take before it is skipped with a reason; default 60, 0: no limit), `resume` (a state document from
+ * decode may take before it is skipped with a reason; default 60, 0: no limit),
+ * `max_skip_rate` (the largest fraction of planned samples that may fail before the run ends
+ * with their ids, once 10 have; default 0.01, 1: no limit), `resume` (a state document from
  * `dh_loader_state`: the loader continues that run; checked here, and against the dataset by
  * `dh_loader_new`) or `resume_file` (a file holding one, e.g. from `datahelix train
  * --save-state`). Fails with `DH_NULL_PARAMETER`,
@@ -374,9 +376,7 @@ dh_result dh_config_from_file(const char *path, struct dh_config **config_out);
  * `DH_INVALID_PARAMETER` (the message names the key and the expected value); the configuration
  * is unchanged then. Not thread-safe for one configuration.
  */
-dh_result dh_config_set(struct dh_config *config,
-                        const char *key,
-                        const char *value);
+dh_result dh_config_set(struct dh_config *config, const char *key, const char *value);
 
 /**
  * Frees a configuration. NULL is a no-op. Freeing twice, or using the configuration afterwards,

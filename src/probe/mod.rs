@@ -32,8 +32,8 @@ use crate::descriptor::{Codec, Container, Descriptor, Modality, Status};
 use crate::manifest::Entry;
 use container::Structure;
 
-/// Largest width or height a descriptor accepts (FFmpeg's own limit is 16384 for most decoders).
-pub const MAX_SIDE: u32 = 32_768;
+/// Largest width or height a descriptor accepts: what FFmpeg's decoders take (16384 for most).
+pub const MAX_SIDE: u32 = 16_384;
 
 /// Whether a manifest path stays inside the dataset folder (relative, no `..`).
 pub fn is_safe_relative(path: &str) -> bool {
@@ -196,8 +196,13 @@ fn probe_image(d: &mut Descriptor, codec: Codec, head: &[u8], file: &mut File) {
     };
 }
 
-fn sides_ok(w: u32, h: u32) -> bool {
-    (1..=MAX_SIDE).contains(&w) && (1..=MAX_SIDE).contains(&h)
+/// Whether FFmpeg can decode a picture of `w` × `h`: both sides in `1..=MAX_SIDE`, and the
+/// picture within `av_image_check_size`'s bound, `(8w + 1024)(h + 128) < i32::MAX` (a
+/// 16384 × 16384 image passes the side test and fails this one, at every decode). Such files
+/// are `bad_dimensions` at index time instead of failing at every epoch.
+pub fn sides_ok(w: u32, h: u32) -> bool {
+    let fits = (8 * w as u64 + 1024) * (h as u64 + 128) < i32::MAX as u64;
+    (1..=MAX_SIDE).contains(&w) && (1..=MAX_SIDE).contains(&h) && fits
 }
 
 fn codec_of(id: AVCodecID) -> Codec {
@@ -365,6 +370,14 @@ fn index_end(entries: &[IndexEntry]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without the area bound, 16384 × 16384 was accepted (FFmpeg refuses it at every decode).
+    #[test]
+    fn sides_are_what_ffmpeg_decodes() {
+        assert!(sides_ok(1920, 1080) && sides_ok(16_000, 16_000) && sides_ok(16_384, 1));
+        assert!(!sides_ok(16_384, 16_384), "past av_image_check_size");
+        assert!(!sides_ok(20_000, 100) && !sides_ok(0, 10) && !sides_ok(10, 0));
+    }
 
     #[test]
     fn paths_must_stay_inside_the_dataset() {

@@ -186,3 +186,47 @@ pub fn compile_c(compiler: &str, source: &Path, lib: &Path, exe: &Path) {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// What a `datahelix train` job under `mpirun -np 2` did: whether it succeeded, everything it
+/// printed, and how long it took.
+pub struct TrainRun {
+    pub ok: bool,
+    pub text: String,
+    pub took: std::time::Duration,
+}
+
+/// Runs `datahelix train` on `data` under `mpirun -np 2` (G = 4, W = 2, no CPU budget, a 30 s
+/// collective watchdog, killed after 120 s) with `policy`, `steps`, `extra` arguments and `env`
+/// forwarded to the ranks: for tests of runs that must end, and how.
+pub fn train_2_ranks(
+    data: &Path,
+    policy: &str,
+    steps: u64,
+    extra: &[&str],
+    env: &[(&str, String)],
+) -> TrainRun {
+    let out = tempfile::tempdir().expect("tempdir");
+    let mut cmd = Command::new("mpirun");
+    mpi_env(&mut cmd).env("DATAHELIX_COLLECTIVE_TIMEOUT", "30").args([
+        "-np",
+        "2",
+        "-x",
+        "DATAHELIX_COLLECTIVE_TIMEOUT",
+    ]);
+    for (k, v) in env {
+        cmd.env(k, v).arg("-x").arg(k);
+    }
+    cmd.arg(env!("CARGO_BIN_EXE_datahelix"))
+        .arg("train")
+        .arg("--data")
+        .arg(data)
+        .args(["--policy", policy, "--global-batch", "4", "--workers", "2", "--no-cpu-budget"])
+        .args(["--steps", &steps.to_string()])
+        .args(extra)
+        .arg("--out")
+        .arg(out.path().join("result.json"));
+    let t = std::time::Instant::now();
+    let o = run_limited(&mut cmd, std::time::Duration::from_secs(120));
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    TrainRun { ok: o.status.success(), text, took: t.elapsed() }
+}
