@@ -7,33 +7,49 @@ mod common;
 
 use std::process::Command;
 
+/// A 30 s 320x240 H.264 video in Matroska, `long.mkv` in `d`.
+fn long_video(d: &std::path::Path) {
+    let args = "-nostdin -loglevel error -y -f lavfi -i testsrc2=size=320x240:rate=30 -t 30 \
+                -c:v libx264 -preset ultrafast -g 300";
+    let o = common::run(Command::new("ffmpeg").args(args.split_whitespace()).arg(d.join("long.mkv")));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// FFmpeg's own reading loops see the deadline too (its interrupt callback): past it, reading
+/// the file stops with `AVERROR_EXIT` instead of going on to the end. Without the callback every
+/// packet is read.
+#[test]
+fn ffmpeg_stops_reading_once_the_deadline_passed() {
+    use datahelix::decode::ffmpeg::{Input, Packet};
+    let dir = tempfile::tempdir().unwrap();
+    long_video(dir.path());
+    let count = |deadline: Option<std::time::Instant>| {
+        let mut input = Input::open(&dir.path().join("long.mkv")).unwrap();
+        if let Some(at) = deadline {
+            input.set_deadline(at);
+        }
+        let mut packet = Packet::new().unwrap();
+        let mut n = 0u64;
+        loop {
+            match input.read_packet(&mut packet) {
+                Ok(true) => n += 1,
+                Ok(false) => return Ok(n),
+                Err(e) => return Err((n, e)),
+            }
+        }
+    };
+    let all = count(None).expect("without a deadline the whole file reads");
+    assert!(all >= 900, "{all} packets");
+    let (read, e) = count(Some(std::time::Instant::now())).expect_err("past its deadline FFmpeg must stop");
+    assert!(read < all, "stopped after {read} of {all} packets");
+    eprintln!("stopped after {read} of {all} packets: {e}");
+}
+
 #[test]
 fn a_decode_past_its_deadline_is_refused_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let o = common::run(
-        Command::new("ffmpeg")
-            .args([
-                "-nostdin",
-                "-loglevel",
-                "error",
-                "-y",
-                "-f",
-                "lavfi",
-                "-i",
-                "testsrc2=size=320x240:rate=30",
-                "-t",
-                "30",
-                "-c:v",
-                "libx264",
-                "-preset",
-                "ultrafast",
-                "-g",
-                "300",
-            ])
-            .arg(d.join("long.mkv")),
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    long_video(d);
     std::fs::write(d.join("manifest.jsonl"), "{\"id\": 7, \"path\": \"long.mkv\", \"text_tokens\": 4}\n")
         .unwrap();
     let o = common::run(Command::new(env!("CARGO_BIN_EXE_datahelix")).arg("index").arg(d));

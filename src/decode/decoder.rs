@@ -286,7 +286,9 @@ impl Decoder {
     /// Stops every later decode call with [`DecodeError::Deadline`] once `timeout` has passed
     /// from now (checked at every packet read).
     pub fn set_deadline(&mut self, timeout: std::time::Duration) {
-        self.deadline = Some((std::time::Instant::now() + timeout, timeout.as_secs_f64()));
+        let at = std::time::Instant::now() + timeout;
+        self.input.set_deadline(at);
+        self.deadline = Some((at, timeout.as_secs_f64()));
     }
 
     /// Decodes the next frame of the stream into `self.frame`; `Ok(false)` at the end.
@@ -312,7 +314,14 @@ impl Decoder {
                         return Err(DecodeError::Deadline { timeout_s, frames: self.stats.frames_decoded });
                     }
                 }
-                if !self.input.read_packet(&mut self.packet).map_err(DecodeError::Demux)? {
+                let read = self.input.read_packet(&mut self.packet).map_err(|e| match self.deadline {
+                    // FFmpeg's interrupt callback stopped it: the deadline, not the file.
+                    Some((at, timeout_s)) if std::time::Instant::now() >= at => {
+                        DecodeError::Deadline { timeout_s, frames: self.stats.frames_decoded }
+                    }
+                    _ => DecodeError::Demux(e),
+                });
+                if !read? {
                     self.codec.send(None).map_err(DecodeError::Decode)?;
                     self.draining = true;
                     break;

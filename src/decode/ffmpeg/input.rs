@@ -1,8 +1,11 @@
 //! An opened media file: FFmpeg's `AVFormatContext`, owned.
 
-use std::ffi::{CStr, CString};
+use std::ffi::{c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
 
 use ffmpeg_sys_next as ff;
 
@@ -41,6 +44,32 @@ pub struct StreamInfo {
 pub struct Input {
     ctx: NonNull<ff::AVFormatContext>,
     path: PathBuf,
+    /// When FFmpeg's own loops must give up ([`Input::set_deadline`]): read by the interrupt
+    /// callback through the context's `opaque` pointer, so boxed (it must not move) and dropped
+    /// after the context (field order).
+    deadline: Box<Deadline>,
+}
+
+/// A deadline FFmpeg's interrupt callback reads: nanoseconds after [`epoch`], `u64::MAX` for none.
+struct Deadline(AtomicU64);
+
+/// The process's reference instant for [`Deadline`]s.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// FFmpeg's interrupt callback: non-zero once the input's deadline has passed, which makes the
+/// blocking loops inside FFmpeg (probing, resyncing, reading) return `AVERROR_EXIT`.
+unsafe extern "C" fn interrupted(opaque: *mut c_void) -> c_int {
+    if opaque.is_null() {
+        return 0;
+    }
+    // SAFETY: opaque is the Deadline boxed in the Input that owns the context calling us; the
+    // box outlives the context (it is dropped after it) and is only read here, atomically.
+    let deadline = unsafe { &*opaque.cast::<Deadline>() };
+    let at = deadline.0.load(Ordering::Relaxed);
+    c_int::from(at != u64::MAX && epoch().elapsed().as_nanos() as u64 >= at)
 }
 
 // SAFETY: an AVFormatContext is not tied to the thread that opened it; FFmpeg only forbids
@@ -76,10 +105,24 @@ impl Input {
                 return Err(AvError { call: "av_dict_set (whitelists)", code: ret });
             }
         }
-        let mut raw: *mut ff::AVFormatContext = ptr::null_mut();
-        // SAFETY: raw is a valid out-pointer; c_path is NUL-terminated and outlives the call; a NULL
-        // format asks FFmpeg to probe (among the whitelisted formats); options is a dictionary it
-        // consumes the entries it knows from. On failure FFmpeg frees the context and leaves NULL.
+        let deadline = Box::new(Deadline(AtomicU64::new(u64::MAX)));
+        // SAFETY: avformat_alloc_context returns a new context or NULL.
+        let mut raw: *mut ff::AVFormatContext = unsafe { ff::avformat_alloc_context() };
+        if raw.is_null() {
+            // SAFETY: options is NULL or a dictionary av_dict_set allocated; freed once.
+            unsafe { ff::av_dict_free(&mut options) };
+            return Err(AvError { call: "avformat_alloc_context", code: ff::AVERROR(libc::ENOMEM) });
+        }
+        // SAFETY: raw is a live context; the callback and its opaque pointer (the boxed deadline,
+        // which the Input keeps alive beyond the context) are what FFmpeg calls in its loops.
+        unsafe {
+            (*raw).interrupt_callback.callback = Some(interrupted);
+            (*raw).interrupt_callback.opaque = (&*deadline as *const Deadline).cast_mut().cast::<c_void>();
+        }
+        // SAFETY: raw is a context allocated above (FFmpeg takes it over); c_path is NUL-terminated
+        // and outlives the call; a NULL format asks FFmpeg to probe (among the whitelisted
+        // formats); options is a dictionary it consumes the entries it knows from. On failure
+        // FFmpeg frees the context and leaves NULL.
         let ret = unsafe { ff::avformat_open_input(&mut raw, c_path.as_ptr(), ptr::null(), &mut options) };
         // SAFETY: options is NULL or the dictionary of left-over entries; freed once.
         unsafe { ff::av_dict_free(&mut options) };
@@ -95,7 +138,13 @@ impl Input {
             call: "avformat_open_input (returned NULL)",
             code: ff::AVERROR(libc::ENOMEM),
         })?;
-        Ok(Input { ctx, path: path.to_path_buf() })
+        Ok(Input { ctx, path: path.to_path_buf(), deadline })
+    }
+
+    /// From now on FFmpeg's own loops on this input give up (`AVERROR_EXIT`) once `at` passes.
+    pub fn set_deadline(&self, at: Instant) {
+        let nanos = at.saturating_duration_since(epoch()).as_nanos().min(u64::MAX as u128 - 1) as u64;
+        self.deadline.0.store(nanos, Ordering::Relaxed);
     }
 
     /// The path this input was opened from.
