@@ -36,6 +36,18 @@ pub struct Piece {
 /// Bytes of a piece's header on the wire.
 pub const HEADER: usize = 64;
 
+/// Where each field of a header sits (little-endian): `index` u32 at 0, `ok` u8 at 4, the
+/// compressed flag u8 at 5, `part` u16 at 6, `id` u64 at 8, the four dimensions u32 from 16,
+/// `tokens` u64 at 32, the uncompressed length u64 at 40, the wire length u64 at 48, `step` u64
+/// at 56. The fault injection of the tests (`src/exec/fault.rs`) writes through these too.
+pub(crate) mod at {
+    pub const COMPRESSED: usize = 5;
+    pub const SHAPE: usize = 16;
+    pub const RAW_LEN: usize = 40;
+    pub const WIRE_LEN: usize = 48;
+    pub const STEP: usize = 56;
+}
+
 /// A malformed message (a peer running another build, or memory corruption).
 #[derive(Debug, thiserror::Error)]
 #[error("tensor message from a peer is malformed: {0}; every rank must run the same DataHelix build")]
@@ -59,16 +71,16 @@ pub fn pack_data(out: &mut Vec<u8>, piece: &Piece, data: &[u8], compress: bool) 
     let mut h = [0u8; HEADER];
     h[0..4].copy_from_slice(&piece.index.to_le_bytes());
     h[4] = piece.ok as u8;
-    h[5] = (compress && !data.is_empty()) as u8;
+    h[at::COMPRESSED] = (compress && !data.is_empty()) as u8;
     h[6..8].copy_from_slice(&piece.part.to_le_bytes());
     h[8..16].copy_from_slice(&piece.id.to_le_bytes());
     for (k, d) in piece.shape.iter().enumerate() {
-        h[16 + 4 * k..20 + 4 * k].copy_from_slice(&(*d as u32).to_le_bytes());
+        h[at::SHAPE + 4 * k..at::SHAPE + 4 + 4 * k].copy_from_slice(&(*d as u32).to_le_bytes());
     }
     h[32..40].copy_from_slice(&piece.tokens.to_le_bytes());
-    h[40..48].copy_from_slice(&(data.len() as u64).to_le_bytes());
-    h[48..56].copy_from_slice(&(payload.len() as u64).to_le_bytes());
-    h[56..64].copy_from_slice(&piece.step.to_le_bytes());
+    h[at::RAW_LEN..at::RAW_LEN + 8].copy_from_slice(&(data.len() as u64).to_le_bytes());
+    h[at::WIRE_LEN..at::WIRE_LEN + 8].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    h[at::STEP..at::STEP + 8].copy_from_slice(&piece.step.to_le_bytes());
     out.extend_from_slice(&h);
     out.extend_from_slice(payload);
     Ok(())
@@ -86,24 +98,26 @@ pub fn unpack(mut block: &[u8], max_bytes: usize) -> Result<Vec<Piece>, Exchange
             return Err(ExchangeError("truncated header".into()));
         }
         let h = &block[..HEADER];
-        let raw_len = u64_at(h, 40) as usize;
-        let wire_len = u64_at(h, 48) as usize;
+        let raw_len = u64_at(h, at::RAW_LEN) as usize;
+        let wire_len = u64_at(h, at::WIRE_LEN) as usize;
         if block.len() - HEADER < wire_len {
             return Err(ExchangeError("payload shorter than its header says".into()));
         }
         let payload = &block[HEADER..HEADER + wire_len];
-        let dim =
-            |k: usize| u32::from_le_bytes(h[16 + 4 * k..20 + 4 * k].try_into().unwrap_or([0; 4])) as usize;
+        let dim = |k: usize| {
+            u32::from_le_bytes(h[at::SHAPE + 4 * k..at::SHAPE + 4 + 4 * k].try_into().unwrap_or([0; 4]))
+                as usize
+        };
         let shape = [dim(0), dim(1), dim(2), dim(3)];
         let ok = h[4] == 1;
         let announced = if ok { shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) } else { Some(0) };
         if announced != Some(raw_len) || raw_len > max_bytes {
             return Err(ExchangeError(format!(
                 "a piece of step {} announces {raw_len} bytes for shape {shape:?} (at most {max_bytes} here)",
-                u64_at(h, 56)
+                u64_at(h, at::STEP)
             )));
         }
-        let data = if h[5] == 1 {
+        let data = if h[at::COMPRESSED] == 1 {
             zstd::bulk::decompress(payload, raw_len).map_err(|e| ExchangeError(format!("zstd: {e}")))?
         } else {
             payload.to_vec()
@@ -112,7 +126,7 @@ pub fn unpack(mut block: &[u8], max_bytes: usize) -> Result<Vec<Piece>, Exchange
             return Err(ExchangeError("decompressed size differs from the header".into()));
         }
         out.push(Piece {
-            step: u64_at(h, 56),
+            step: u64_at(h, at::STEP),
             index: u32::from_le_bytes(h[0..4].try_into().unwrap_or([0; 4])),
             part: u16::from_le_bytes([h[6], h[7]]),
             ok,
@@ -174,12 +188,12 @@ mod tests {
             b[at..at + bytes.len()].copy_from_slice(bytes);
             b
         };
-        let huge = with(40, &(1u64 << 50).to_le_bytes());
+        let huge = with(at::RAW_LEN, &(1u64 << 50).to_le_bytes());
         let e = unpack(&huge, 1 << 30).unwrap_err().to_string();
         assert!(e.contains("announces 1125899906842624 bytes"), "{e}");
         // Another shape with the same number of bytes passes here (the plan catches it, in the
         // engine); a shape whose product overflows does not.
-        let overflow = with(16, &[0xff; 16]);
+        let overflow = with(at::SHAPE, &[0xff; 16]);
         assert!(unpack(&overflow, usize::MAX).is_err());
         let failed_with_bytes = with(4, &[0]);
         assert!(unpack(&failed_with_bytes, 1 << 30).is_err(), "a failed piece carries no bytes");

@@ -48,28 +48,28 @@ pub(crate) fn injected(rank: usize) -> Option<Fault> {
 
 /// Corrupts the message whose header starts at `header` in `send` (see the module docs).
 pub(crate) fn corrupt(send: &mut [u8], header: usize, fault: Fault) {
+    use super::exchange::at;
     let h = &mut send[header..header + super::exchange::HEADER];
+    let u32_at = |h: &[u8], i: usize| u32::from_le_bytes(h[i..i + 4].try_into().unwrap_or([0; 4]));
+    let u64_at = |h: &[u8], i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap_or([0; 8]));
     match fault {
         Fault::Shape => {
             // [F, H, W, 3] -> [F·H, 1, W, 3]: the same bytes, another shape.
-            let dim = |h: &[u8], k: usize| {
-                u32::from_le_bytes(h[16 + 4 * k..20 + 4 * k].try_into().unwrap_or([0; 4]))
-            };
-            let (f, height) = (dim(h, 0), dim(h, 1));
-            h[16..20].copy_from_slice(&f.wrapping_mul(height).to_le_bytes());
-            h[20..24].copy_from_slice(&1u32.to_le_bytes());
+            let (f, height) = (u32_at(h, at::SHAPE), u32_at(h, at::SHAPE + 4));
+            h[at::SHAPE..at::SHAPE + 4].copy_from_slice(&f.wrapping_mul(height).to_le_bytes());
+            h[at::SHAPE + 4..at::SHAPE + 8].copy_from_slice(&1u32.to_le_bytes());
         }
         Fault::Oversized => {
-            h[5] = 1;
-            h[40..48].copy_from_slice(&(1u64 << 50).to_le_bytes());
+            h[at::COMPRESSED] = 1;
+            h[at::RAW_LEN..at::RAW_LEN + 8].copy_from_slice(&(1u64 << 50).to_le_bytes());
         }
         Fault::Truncated => {
-            let wire = u64::from_le_bytes(h[48..56].try_into().unwrap_or([0; 8]));
-            h[48..56].copy_from_slice(&(wire + 4096).to_le_bytes());
+            let wire = u64_at(h, at::WIRE_LEN);
+            h[at::WIRE_LEN..at::WIRE_LEN + 8].copy_from_slice(&(wire + 4096).to_le_bytes());
         }
         Fault::Stale => {
-            let step = u64::from_le_bytes(h[56..64].try_into().unwrap_or([0; 8]));
-            h[56..64].copy_from_slice(&step.wrapping_sub(1).to_le_bytes());
+            let step = u64_at(h, at::STEP);
+            h[at::STEP..at::STEP + 8].copy_from_slice(&step.wrapping_sub(1).to_le_bytes());
         }
     }
 }
