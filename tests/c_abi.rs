@@ -172,6 +172,29 @@ fn c_misuse_gives_error_codes_not_crashes() {
     assert!(out.contains("ok 0") && out.contains("ok 1"), "{out}");
 }
 
+/// A rank that fails alone before its loader exists ends the job within the collective timeout:
+/// without the bounded communicator duplicate and the bounded `MPI_Finalize` at exit, its exit
+/// and the other rank's `dh_loader_new` wait for each other for good (seen in CI).
+#[test]
+fn a_rank_failing_before_its_loader_ends_the_job_not_hangs() {
+    let data = common::tiny_dataset();
+    let exe = program("rank_fails_early");
+    let started = std::time::Instant::now();
+    let o = common::run_limited(
+        mpirun(2).env("DATAHELIX_COLLECTIVE_TIMEOUT", "5").arg(&exe).arg(&data),
+        std::time::Duration::from_secs(90),
+    );
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(!o.status.success(), "{text}");
+    assert!(text.contains("fails on its own"), "{text}");
+    assert!(
+        text.contains("did not complete within the 5.0 s collective timeout")
+            || text.contains("MPI_Finalize at exit did not return within the 5.0 s"),
+        "the job should end naming why: {text}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "{:?}: {text}", started.elapsed());
+}
+
 #[test]
 fn c_programs_are_valgrind_clean() {
     let found =

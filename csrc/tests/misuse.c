@@ -2,9 +2,13 @@
  * next after close, bad configuration keys and values, missing dataset, out-of-range indices,
  * calls from another thread.
  *
- *   mpirun -np 2 ./misuse DATASET TMPDIR       (prints "ok RANK") */
+ *   mpirun -np 2 ./misuse DATASET TMPDIR       (prints "ok RANK")
+ *
+ * The ranks share TMPDIR: each writes its own files (named by its pid), or one rank could read
+ * a file another is still writing. */
 #include <math.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include "dh_test.h"
 
@@ -70,14 +74,14 @@ int main(int argc, char **argv) {
   EXPECT(DH_NULL_PARAMETER, dh_config_from_file(NULL, &from_file));
   EXPECT(DH_NULL_PARAMETER, dh_config_from_file("x.toml", NULL));
   EXPECT(DH_IO, dh_config_from_file("/nonexistent/datahelix.toml", &from_file));
-  snprintf(path, sizeof path, "%s/bad-key.toml", argv[2]);
+  snprintf(path, sizeof path, "%s/%ld-bad-key.toml", argv[2], (long)getpid());
   write_file(path, "data = \"x\"\nspeed = 11\n");
   EXPECT(DH_UNKNOWN_KEY, dh_config_from_file(path, &from_file));
   ASSERT(strstr(dh_test_message(), "speed") != NULL);
-  snprintf(path, sizeof path, "%s/bad-syntax.toml", argv[2]);
+  snprintf(path, sizeof path, "%s/%ld-bad-syntax.toml", argv[2], (long)getpid());
   write_file(path, "data = = 1\n");
   EXPECT(DH_PARSE, dh_config_from_file(path, &from_file));
-  snprintf(path, sizeof path, "%s/bad-type.toml", argv[2]);
+  snprintf(path, sizeof path, "%s/%ld-bad-type.toml", argv[2], (long)getpid());
   write_file(path, "workers = [1, 2]\n");
   EXPECT(DH_PARSE, dh_config_from_file(path, &from_file));
   ASSERT(from_file == NULL); /* outputs are written only on success */
@@ -100,7 +104,7 @@ int main(int argc, char **argv) {
   dh_config_free(NULL);
 
   /* A real loader, from a TOML file. */
-  snprintf(path, sizeof path, "%s/good.toml", argv[2]);
+  snprintf(path, sizeof path, "%s/%ld-good.toml", argv[2], (long)getpid());
   {
     char text[8192];
     snprintf(text, sizeof text,

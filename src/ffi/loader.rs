@@ -153,9 +153,34 @@ fn fails_the_loader(code: dh_result) -> bool {
 /// MPI initialised by this library (finalised at process exit).
 static UNIVERSE: Mutex<Option<::mpi::environment::Universe>> = Mutex::new(None);
 
+/// The longest collective timeout of this process's loaders, in milliseconds: how long the
+/// exit's `MPI_Finalize` may wait for the other ranks.
+static FINALIZE_WAIT_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Finalises the MPI this library initialised. `MPI_Finalize` waits for every rank; a rank that
+/// exits while the others are still inside a collective (it failed on its own, say, and the C
+/// program called `exit(1)`) would wait for them for good, and they for it. So the wait is
+/// bounded by the collective timeout; past it the process says why and exits with the watchdog's
+/// status, which makes `mpirun` end the job.
 extern "C" fn finalize_at_exit() {
     let _ = std::panic::catch_unwind(|| {
         let u = UNIVERSE.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if u.is_none() {
+            return;
+        }
+        let wait_ms = FINALIZE_WAIT_MS.load(std::sync::atomic::Ordering::Relaxed).max(1000);
+        let _ = std::thread::Builder::new().name("datahelix-finalize-watch".into()).spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+            eprintln!(
+                "datahelix: MPI_Finalize at exit did not return within the {:.1} s collective timeout: \
+                 another rank is still inside a loader call or never reached its exit. Exiting with \
+                 status {} instead of waiting.",
+                wait_ms as f64 / 1e3,
+                comm::EXIT_ABORTED
+            );
+            // SAFETY: _exit ends the process at once; nothing of this process runs after it.
+            unsafe { libc::_exit(comm::EXIT_ABORTED) };
+        });
         drop(u);
     });
 }
@@ -207,6 +232,8 @@ fn open_loader(config: &dh_config, comm: Option<CallerComm>) -> Result<dh_loader
         crate::index::Index::open(&cfg.data)
             .map_err(|e| Error::new(dh_result::DH_INDEX, format!("{}: {e}", cfg.data.display())))?;
     }
+    let timeout_ms = config.comm.timeout.as_millis().min(u64::MAX as u128) as u64;
+    FINALIZE_WAIT_MS.fetch_max(timeout_ms, std::sync::atomic::Ordering::Relaxed);
     let world = match comm {
         None => {
             ensure_mpi()?;

@@ -26,24 +26,14 @@ pub fn run(cmd: &mut Command) -> Output {
 /// Runs a command (typically `mpirun`) in a process group of its own and kills the whole group
 /// if it outlives `limit`, failing the test: a multi-rank test can fail, never hang.
 pub fn run_limited(cmd: &mut Command, limit: std::time::Duration) -> Output {
-    use std::io::Read;
     use std::os::unix::process::CommandExt;
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .process_group(0);
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    let (mut out, mut err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
-    let out_reader = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = out.read_to_end(&mut b);
-        b
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = err.read_to_end(&mut b);
-        b
-    });
+    let (out, err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+    let (out, err) = (read_in_background(out), read_in_background(err));
     let started = std::time::Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait") {
@@ -53,15 +43,29 @@ pub fn run_limited(cmd: &mut Command, limit: std::time::Duration) -> Output {
             // SAFETY: kill() only sends a signal; a negative pid names our child's process group.
             unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             let _ = child.wait();
-            panic!("{cmd:?} ran past {limit:?} and was killed");
+            // What the ranks printed before they hung names where they hung; a process outside
+            // the group still holding a pipe must not hang the test, hence the bounded wait.
+            let grace = std::time::Duration::from_secs(10);
+            let text = |r: std::sync::mpsc::Receiver<Vec<u8>>| {
+                String::from_utf8_lossy(&r.recv_timeout(grace).unwrap_or_default()).into_owned()
+            };
+            let (out, err) = (text(out), text(err));
+            panic!("{cmd:?} ran past {limit:?} and was killed\n--- stdout\n{out}\n--- stderr\n{err}");
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
-    Output {
-        status,
-        stdout: out_reader.join().unwrap_or_default(),
-        stderr: err_reader.join().unwrap_or_default(),
-    }
+    Output { status, stdout: out.recv().unwrap_or_default(), stderr: err.recv().unwrap_or_default() }
+}
+
+/// Reads a pipe to its end on a thread of its own; the bytes arrive on the returned channel.
+fn read_in_background(mut pipe: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = pipe.read_to_end(&mut b);
+        let _ = tx.send(b);
+    });
+    rx
 }
 
 /// Generates the dataset of `scripts/specs/NAME.json` once per test binary, under the target

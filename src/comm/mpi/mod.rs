@@ -99,7 +99,9 @@ impl MpiWorld {
                 None => return Err(InitError::Init),
             }
         };
-        Ok(MpiWorld::of(OwnedComm::dup_world()?, OwnedComm::dup_world()?, config, universe))
+        let data = join_dup(OwnedComm::start_dup_world()?, &config, "MPI_COMM_WORLD")?;
+        let ctl = join_dup(OwnedComm::start_dup_world()?, &config, "MPI_COMM_WORLD")?;
+        Ok(MpiWorld::of(data, ctl, config, universe))
     }
 
     /// The world of two communicators of ours (collectives, watchdog control).
@@ -143,7 +145,9 @@ impl MpiWorld {
         if !mpi::environment::is_initialized() || mpi::environment::is_finalized() {
             return Err(InitError::Init);
         }
-        Ok(MpiWorld::of(OwnedComm::dup_caller(comm)?, OwnedComm::dup_caller(comm)?, config, None))
+        let data = join_dup(OwnedComm::start_dup_caller(comm)?, &config, "the caller's communicator")?;
+        let ctl = join_dup(OwnedComm::start_dup_caller(comm)?, &config, "the caller's communicator")?;
+        Ok(MpiWorld::of(data, ctl, config, None))
     }
 
     /// Splits the world (`MPI_Comm_split`, collective over it): the ranks passing the same
@@ -563,6 +567,34 @@ impl MpiWorld {
         self.run_at(site, send.len() * sends.len() + recv.len(), |c| {
             c.iexchange(bulk_tag(site.op), send, &sends, recv, &recvs, max).map(|(p, o)| (p, Some(o)))
         })
+    }
+}
+
+/// Waits for a communicator duplicate under the collective timeout. Past it, some rank never
+/// started creating its world — it failed before (its error is above), or its exit waits in
+/// `MPI_Finalize` — and a blocking `MPI_Comm_dup` would have hung both for good: say so and
+/// abort the job, as the watchdog does for a collective.
+fn join_dup(
+    mut pending: raw::PendingDup,
+    config: &Config,
+    of: &str,
+) -> std::result::Result<OwnedComm, MpiError> {
+    let start = Instant::now();
+    loop {
+        if let Some(comm) = pending.test()? {
+            return Ok(comm);
+        }
+        if start.elapsed() > config.timeout {
+            eprintln!(
+                "datahelix: creating the loader's communicators (MPI_Comm_idup of {of}) did not complete \
+                 within the {:.1} s collective timeout: some rank never started creating its loader — it \
+                 failed before (look for its error above), exited, or is stuck elsewhere. Aborting the \
+                 job (exit {EXIT_ABORTED}).",
+                config.timeout.as_secs_f64()
+            );
+            raw::abort(EXIT_ABORTED);
+        }
+        std::thread::sleep(Duration::from_micros(200));
     }
 }
 

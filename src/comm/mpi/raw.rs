@@ -24,7 +24,7 @@ use mpi::ffi;
 pub type RawComm = ffi::MPI_Comm;
 
 /// A communicator the caller owns and vouches for: the one point where a handle from outside
-/// (C's `MPI_Comm`, an rsmpi communicator) is trusted. [`OwnedComm::dup_caller`] duplicates it;
+/// (C's `MPI_Comm`, an rsmpi communicator) is trusted. [`OwnedComm::start_dup_caller`] duplicates it;
 /// the caller's handle is never freed here.
 #[derive(Clone, Copy, Debug)]
 pub struct CallerComm(RawComm);
@@ -34,7 +34,7 @@ impl CallerComm {
     ///
     /// # Safety
     /// MPI is initialised and not finalised, and `raw` is `MPI_COMM_NULL` or a communicator
-    /// handle of this process, valid until [`OwnedComm::dup_caller`] returns.
+    /// handle of this process, valid until the duplicate [`OwnedComm::start_dup_caller`] starts has completed.
     pub unsafe fn new(raw: RawComm) -> CallerComm {
         CallerComm(raw)
     }
@@ -46,7 +46,7 @@ impl CallerComm {
     }
 }
 
-/// What [`OwnedComm::dup_caller`] refuses.
+/// What [`OwnedComm::start_dup_caller`] refuses.
 #[derive(Debug, thiserror::Error)]
 pub enum CallerCommError {
     /// `MPI_COMM_NULL`.
@@ -258,15 +258,16 @@ pub struct OwnedComm {
 }
 
 impl OwnedComm {
-    /// Duplicates the world communicator (`MPI_Comm_dup`) and sets `MPI_ERRORS_RETURN` on it.
-    pub fn dup_world() -> Result<Self, MpiError> {
+    /// Starts duplicating the world communicator (`MPI_Comm_idup`; collective): poll the
+    /// returned [`PendingDup`] until it yields the duplicate, which has `MPI_ERRORS_RETURN` set.
+    pub fn start_dup_world() -> Result<PendingDup, MpiError> {
         // SAFETY: MPI is initialised (the caller holds the Universe); MPI_COMM_WORLD is valid.
-        unsafe { Self::dup_of(world()) }
+        unsafe { PendingDup::start(world()) }
     }
 
-    /// Duplicates the caller's communicator (`MPI_Comm_dup`; the caller's is never freed here)
-    /// and sets `MPI_ERRORS_RETURN` on the duplicate.
-    pub fn dup_caller(of: &CallerComm) -> Result<Self, CallerCommError> {
+    /// Starts duplicating the caller's communicator (`MPI_Comm_idup`; the caller's is never
+    /// freed here, and must stay valid until the [`PendingDup`] completes).
+    pub fn start_dup_caller(of: &CallerComm) -> Result<PendingDup, CallerCommError> {
         // SAFETY: CallerComm::new's contract: MPI is up and the handle is valid or null.
         if of.0 == unsafe { ffi::RSMPI_COMM_NULL } {
             return Err(CallerCommError::Null);
@@ -279,20 +280,7 @@ impl OwnedComm {
             return Err(CallerCommError::Inter);
         }
         // SAFETY: as above.
-        Ok(unsafe { Self::dup_of(of.0) }?)
-    }
-
-    /// # Safety
-    /// MPI is initialised and not finalised, and `of` is a valid intra-communicator handle of this
-    /// process (not `MPI_COMM_NULL`).
-    unsafe fn dup_of(of: RawComm) -> Result<Self, MpiError> {
-        let mut raw = std::mem::MaybeUninit::<RawComm>::uninit();
-        // SAFETY: the caller guarantees MPI is up and `of` is valid; MPI_Comm_dup writes the new
-        // handle into raw on success, which check() confirms before raw is read.
-        let ret = unsafe { ffi::MPI_Comm_dup(of, raw.as_mut_ptr()) };
-        check(ret, "MPI_Comm_dup")?;
-        // SAFETY: initialised by the successful MPI_Comm_dup above.
-        Self::adopt(unsafe { raw.assume_init() })
+        Ok(unsafe { PendingDup::start(of.0) }?)
     }
 
     /// Takes ownership of `raw`, a communicator MPI just made for us (freed on drop): sets
@@ -726,6 +714,60 @@ impl Drop for OwnedComm {
         if is_active() {
             // SAFETY: raw is a communicator this struct duplicated and nobody else frees.
             unsafe { ffi::MPI_Comm_free(&mut self.raw) };
+        }
+    }
+}
+
+/// A communicator duplicate under way (`MPI_Comm_idup`). Unlike a blocking `MPI_Comm_dup`, its
+/// wait can be bounded: a rank that never joins (it failed before creating its loader, and its
+/// exit now waits in `MPI_Finalize`) must not hang the others. Dropping it before it completes
+/// aborts the job: MPI would later write the new handle into freed memory.
+pub struct PendingDup {
+    req: ffi::MPI_Request,
+    /// Where MPI writes the new handle; boxed, so it does not move while the request is active.
+    new: Box<std::mem::MaybeUninit<RawComm>>,
+}
+
+impl PendingDup {
+    /// # Safety
+    /// MPI is initialised and not finalised, and `of` is a valid intra-communicator handle of this
+    /// process (not `MPI_COMM_NULL`) that stays valid until the duplicate completes.
+    unsafe fn start(of: RawComm) -> Result<Self, MpiError> {
+        let mut p = PendingDup { req: null_request(), new: Box::new(std::mem::MaybeUninit::uninit()) };
+        // SAFETY: the caller guarantees MPI is up and `of` is valid; MPI writes the new handle
+        // into the boxed slot, which lives (unmoved) in `p` until the request completes.
+        let ret = unsafe { ffi::MPI_Comm_idup(of, p.new.as_mut_ptr(), &mut p.req) };
+        check(ret, "MPI_Comm_idup")?;
+        Ok(p)
+    }
+
+    /// Tests the duplicate once (`MPI_Test`): the communicator once every rank has joined.
+    pub fn test(&mut self) -> Result<Option<OwnedComm>, MpiError> {
+        if self.req == null_request() {
+            return Err(MpiError { call: "MPI_Comm_idup", code: ffi::MPI_ERR_REQUEST as i32 });
+        }
+        let mut flag: c_int = 0;
+        // SAFETY: req is the active request of this duplicate; MPI_Test sets it to
+        // MPI_REQUEST_NULL on completion; status is ignored.
+        let ret = unsafe { ffi::MPI_Test(&mut self.req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+        check(ret, "MPI_Test")?;
+        if flag == 0 {
+            return Ok(None);
+        }
+        // SAFETY: the request completed, so MPI wrote the new handle into the slot.
+        let raw = unsafe { self.new.assume_init_read() };
+        OwnedComm::adopt(raw).map(Some)
+    }
+}
+
+impl Drop for PendingDup {
+    fn drop(&mut self) {
+        if self.req != null_request() && is_active() {
+            eprintln!(
+                "datahelix: a communicator duplicate was abandoned while still in flight; aborting the \
+                 job because MPI could otherwise write into freed memory (this is a DataHelix bug)"
+            );
+            abort(crate::comm::EXIT_ABORTED);
         }
     }
 }
