@@ -41,9 +41,10 @@ fn jobs_run_earliest_deadline_first_with_id_tie_break() {
 fn the_byte_budget_bounds_memory_and_rejects_oversized_samples() {
     let dir = tempfile::tempdir().unwrap();
     let (a, _) = clips(dir.path());
-    // a.mp4: 4 frames of 224×308×3.
+    // a.mp4: 4 frames of 224×308×3, and FFmpeg's pictures while it decodes.
     let one = 4 * 224 * 308 * 3;
-    let pool = Pool::new(PoolConfig { workers: 2, budget_bytes: one, ..PoolConfig::default() });
+    let working = datahelix::decode::Decoder::open(&a).unwrap().working_bytes();
+    let pool = Pool::new(PoolConfig { workers: 2, budget_bytes: one + working, ..PoolConfig::default() });
     for id in 0..3 {
         pool.submit(Job::sampled(id, a.clone(), id));
     }
@@ -68,7 +69,8 @@ fn the_byte_budget_bounds_memory_and_rejects_oversized_samples() {
         assert_eq!(rx.recv_timeout(Duration::from_secs(30)).unwrap(), Some(true));
     });
     // A sample larger than the whole budget is an error for that sample only.
-    let small = Pool::new(PoolConfig { workers: 1, budget_bytes: one - 1, ..PoolConfig::default() });
+    let small =
+        Pool::new(PoolConfig { workers: 1, budget_bytes: one + working - 1, ..PoolConfig::default() });
     small.submit(Job::sampled(42, a.clone(), 0));
     let o = small.recv().unwrap();
     let e = o.result.unwrap_err();

@@ -142,10 +142,26 @@ struct DecodeJson {
     dataset: String,
     workers: usize,
     all_frames: bool,
+    /// The pool's byte budget (`--budget-mib`).
+    budget_mib: usize,
+    /// The process's peak resident memory at the end (`getrusage`'s `ru_maxrss`): what the
+    /// budget bounds, beside the process's own footprint.
+    peak_rss_mib: f64,
     ok: usize,
     failed: usize,
     seconds: f64,
     samples: Vec<SampleJson>,
+}
+
+/// The process's peak resident set size in MiB (`getrusage(RUSAGE_SELF)`; 0 where unavailable).
+fn peak_rss_mib() -> f64 {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: usage is a valid, writable rusage; RUSAGE_SELF is a constant the kernel knows.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0.0;
+    }
+    usage.ru_maxrss as f64 / 1024.0 // Linux reports KiB
 }
 
 /// A sample the index could not hand to the pool.
@@ -293,6 +309,8 @@ pub fn run(args: DecodeArgs) -> Result<i32, CliError> {
         dataset: args.dir.display().to_string(),
         workers: args.opts.workers.max(1),
         all_frames: args.all_frames,
+        budget_mib: args.opts.budget_mib,
+        peak_rss_mib: peak_rss_mib(),
         ok: samples.len() - failed,
         failed,
         seconds,

@@ -61,6 +61,21 @@ pub enum DecodeError {
         /// Frames decoded by then.
         frames: u64,
     },
+    /// A decoded picture is larger than the header said: the memory granted for the decode
+    /// was reckoned from the header ([`Decoder::working_bytes`]).
+    #[error("frame {frame} is {width}x{height}, larger than the {header_width}x{header_height} its header states (a stream that changes size; re-encode it)")]
+    LargerThanHeader {
+        /// 0-based index of the decoded frame.
+        frame: u64,
+        /// Its width.
+        width: u32,
+        /// Its height.
+        height: u32,
+        /// The header's width.
+        header_width: u32,
+        /// The header's height.
+        header_height: u32,
+    },
     /// A decoded frame carries no presentation timestamp.
     #[error("decoded frame {frame} has no pts")]
     MissingPts {
@@ -190,6 +205,47 @@ pub struct Decoder {
     stats: DecodeStats,
     /// When decoding must stop ([`Decoder::set_deadline`]), and that timeout in seconds.
     deadline: Option<(std::time::Instant, f64)>,
+    /// Size of the file on disk ([`Decoder::working_bytes`]).
+    file_bytes: u64,
+}
+
+/// Bytes of one picture of `w` × `h` in FFmpeg's pixel format `pix_fmt`; 8 bytes a pixel (the
+/// largest of the formats decoded here, 16-bit RGBA) where the format is unknown.
+fn picture_bytes(pix_fmt: i32, w: usize, h: usize) -> usize {
+    let (w32, h32) = (u32::try_from(w).unwrap_or(u32::MAX), u32::try_from(h).unwrap_or(u32::MAX));
+    ffmpeg::picture_bytes(pix_fmt, w32, h32).unwrap_or_else(|| w.saturating_mul(h).saturating_mul(8))
+}
+
+/// Reference pictures a decoder of `codec` may keep for pictures of `w` × `h` at `level` (the
+/// header's, `-99` when unknown): H.264's from its level's limit on the decoded picture buffer
+/// (MaxDpbMbs, Table A-1), the others' from their specifications' reference counts.
+pub fn pictures_held(codec: ffmpeg_sys_next::AVCodecID, level: i32, w: usize, h: usize) -> u32 {
+    use ffmpeg_sys_next::AVCodecID::*;
+    match codec {
+        AV_CODEC_ID_H264 => {
+            let max_dpb_mbs: usize = match level {
+                9 | 10 => 396,
+                11 => 900,
+                12 | 13 | 20 => 2376,
+                21 => 4752,
+                22 | 30 => 8100,
+                31 => 18000,
+                32 => 20480,
+                40 | 41 => 32768,
+                42 => 34816,
+                50 => 110400,
+                51 | 52 => 184320,
+                60..=62 => 696320,
+                _ => return 16,
+            };
+            let mbs = w.div_ceil(16).max(1) * h.div_ceil(16).max(1);
+            (max_dpb_mbs / mbs).clamp(1, 16) as u32
+        }
+        AV_CODEC_ID_MPEG4 | AV_CODEC_ID_MPEG2VIDEO | AV_CODEC_ID_MPEG1VIDEO => 2,
+        AV_CODEC_ID_VP8 => 3,
+        AV_CODEC_ID_VP9 | AV_CODEC_ID_AV1 => 8,
+        _ => 16,
+    }
 }
 
 /// Time of a pts relative to the stream start, as an exact rational of seconds.
@@ -201,8 +257,15 @@ impl Decoder {
     /// Opens `path`, probes it the way the protocol's loaders do (`avformat_find_stream_info`)
     /// and opens a single-threaded decoder for its best video stream.
     pub fn open(path: &Path) -> Result<Decoder, DecodeError> {
+        Self::open_within(path, None)
+    }
+
+    /// [`Decoder::open`] with FFmpeg refusing pictures of more than `max_pixels`, in the probe
+    /// (which decodes an image whole) and in the decoder: the pool passes what its byte budget
+    /// can hold, so a picture larger than its header said fails instead of taking that memory.
+    pub fn open_within(path: &Path, max_pixels: Option<u64>) -> Result<Decoder, DecodeError> {
         let mut input = Input::open(path).map_err(DecodeError::Open)?;
-        input.find_stream_info().map_err(DecodeError::Open)?;
+        input.find_stream_info_within(max_pixels).map_err(DecodeError::Open)?;
         let stream = input.best_video_stream().ok_or(DecodeError::NoVideoStream)?;
         if stream.time_base.0 <= 0 || stream.time_base.1 <= 0 {
             return Err(DecodeError::NoDuration);
@@ -213,7 +276,9 @@ impl Decoder {
             Some(d) => Ratio::new(d as i128 * stream.time_base.0 as i128, stream.time_base.1 as i128),
             None => input.duration_us().and_then(|us| Ratio::new(us as i128, 1_000_000)),
         };
-        let codec = CodecContext::open(&input, stream.index).map_err(DecodeError::Codec)?;
+        let codec =
+            CodecContext::open_within(&input, stream.index, max_pixels).map_err(DecodeError::Codec)?;
+        let file_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
         let new = |r: Result<Frame, AvError>| r.map_err(DecodeError::Codec);
         Ok(Decoder {
             codec,
@@ -229,9 +294,30 @@ impl Decoder {
             position: None,
             first_dts_after_seek: None,
             stats: DecodeStats::default(),
+            file_bytes,
             stream,
             input,
         })
+    }
+
+    /// Bytes FFmpeg itself holds while this file decodes, beside the output tensor: the decoded
+    /// pictures (the codec's references and reordering delay, the frame being decoded and the
+    /// last one kept here, each at the header's size and pixel format, padded) and, for an
+    /// image, its one packet, the whole file, held twice. The pool counts it in its byte budget for the
+    /// length of the decode. Measured against the process's peak memory by
+    /// `tests/decode_memory.rs`.
+    pub fn working_bytes(&self) -> usize {
+        let (w, h) = (self.stream.width as usize, self.stream.height as usize);
+        if self.image {
+            // The whole picture at its native format, and the file as one packet twice: the
+            // probe's buffered copy and the one read to decode (measured: an 8192x8192 PNG
+            // peaks at 217 MB above the process's own, a 6000x6000 64 MiB JPEG at 244 MB).
+            let packets = (self.file_bytes as usize).saturating_mul(2);
+            return picture_bytes(self.stream.pix_fmt, w, h).saturating_add(packets).saturating_add(1 << 20);
+        }
+        let held = pictures_held(self.stream.codec_id, self.codec.level(), w, h) + 2;
+        // FFmpeg pads video pictures (aligned strides, edges for motion vectors).
+        picture_bytes(self.stream.pix_fmt, w + 64, h + 64).saturating_mul(held as usize)
     }
 
     /// What the container says about the decoded stream.
@@ -301,6 +387,17 @@ impl Decoder {
                     self.stats.pixels_decoded += self.frame.width() as u64 * self.frame.height() as u64;
                     if self.frame.is_corrupt() {
                         return Err(DecodeError::CorruptFrame { frame: n });
+                    }
+                    let (w, h) = (self.frame.width(), self.frame.height());
+                    let (hw, hh) = (self.stream.width, self.stream.height);
+                    if w as u64 * h as u64 > hw as u64 * hh as u64 {
+                        return Err(DecodeError::LargerThanHeader {
+                            frame: n,
+                            width: w,
+                            height: h,
+                            header_width: hw,
+                            header_height: hh,
+                        });
                     }
                     return Ok(true);
                 }

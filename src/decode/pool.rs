@@ -98,11 +98,14 @@ pub enum Failure {
     /// The file's size or modification time differs from the index.
     #[error("file changed since indexing ({0}); re-run `datahelix index`")]
     Changed(String),
-    /// The output tensor is larger than the pool's whole byte budget.
-    #[error("output of {need} bytes exceeds the pool's whole buffer budget of {budget} bytes")]
+    /// The output tensor and FFmpeg's own memory for the decode are more than the pool's whole
+    /// byte budget.
+    #[error("decoding needs {}{} MiB of FFmpeg pictures and packets, more than the pool's whole budget of {} MiB; raise the budget (--budget-mib, budget_mib) or leave the sample out", if *need > 0 { format!("{} MiB of output tensor and ", mib(*need)) } else { String::new() }, mib(*working), mib(*budget))]
     TooLarge {
         /// Bytes the tensor needs.
         need: usize,
+        /// Bytes FFmpeg holds while decoding ([`Decoder::working_bytes`]).
+        working: usize,
         /// The pool's budget.
         budget: usize,
     },
@@ -112,6 +115,11 @@ pub enum Failure {
     /// The decoder panicked (a bug); caught so the pool goes on.
     #[error("decoder panicked: {0}")]
     Panicked(String),
+}
+
+/// Bytes in MiB, rounded up, for messages.
+fn mib(bytes: usize) -> usize {
+    bytes.div_ceil(1 << 20)
 }
 
 /// A failed sample: which, where, why.
@@ -260,37 +268,75 @@ impl Buffers {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A buffer of exactly `len` bytes, waiting while the budget is spent. `None` when the pool
-    /// is shutting down.
-    fn acquire(&self, len: usize) -> Option<Vec<u8>> {
+    /// Holds `bytes` of the budget, waiting until they fit. `None` when the pool is shutting down.
+    fn reserve(self: &Arc<Self>, bytes: usize) -> Option<Reservation> {
         let mut st = self.lock();
         loop {
             if st.closed {
                 return None;
             }
-            // Best fit among free buffers.
-            let best = (0..st.free.len())
-                .filter(|&i| st.free[i].capacity() >= len)
-                .min_by_key(|&i| (st.free[i].capacity(), i));
-            if let Some(i) = best {
+            if st.allocated + bytes <= self.budget {
+                st.allocated += bytes;
+                return Some(Reservation { bytes, pool: Arc::clone(self) });
+            }
+            st = self.returned.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// A buffer of `len` bytes and, in the same wait, `working` bytes of the budget held for
+    /// FFmpeg's own memory while the decode runs (released when the returned [`Reservation`]
+    /// drops), for a worker that already holds `held` of it. While it must wait, it gives `held`
+    /// back and waits for the whole amount: a worker holding part of what it needs while it
+    /// waits for the rest could starve another doing the same. `None` when the pool is
+    /// shutting down.
+    fn acquire_with_held(
+        self: &Arc<Self>,
+        len: usize,
+        working: usize,
+        mut held: Reservation,
+    ) -> Option<(Vec<u8>, Reservation)> {
+        let mut st = self.lock();
+        loop {
+            if st.closed {
+                return None;
+            }
+            let more = working.saturating_sub(held.bytes);
+            if let Some(b) = self.take(&mut st, len, more) {
+                st.allocated += more;
+                held.bytes += more;
+                return Some((b, held));
+            }
+            st.allocated -= std::mem::take(&mut held.bytes);
+            self.returned.notify_all();
+            st = self.returned.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// A buffer of `len` bytes if it fits beside `extra` more bytes of the budget: the best
+    /// fitting free buffer, or a new one after dropping free buffers, largest first.
+    fn take(&self, st: &mut BufState, len: usize, extra: usize) -> Option<Vec<u8>> {
+        let best = (0..st.free.len())
+            .filter(|&i| st.free[i].capacity() >= len)
+            .min_by_key(|&i| (st.free[i].capacity(), i));
+        if let Some(i) = best {
+            if st.allocated + extra <= self.budget {
                 let mut b = st.free.swap_remove(i);
                 b.clear();
                 b.resize(len, 0);
                 return Some(b);
             }
-            // Make room by dropping free buffers that are too small, largest first.
-            while st.allocated + len > self.budget && !st.free.is_empty() {
-                let i = (0..st.free.len()).max_by_key(|&i| (st.free[i].capacity(), i)).unwrap_or(0);
-                let b = st.free.swap_remove(i);
-                st.allocated -= b.capacity();
-            }
-            if st.allocated + len <= self.budget {
-                let b = vec![0u8; len];
-                st.allocated += b.capacity();
-                return Some(b);
-            }
-            st = self.returned.wait(st).unwrap_or_else(|e| e.into_inner());
         }
+        while st.allocated + len + extra > self.budget && !st.free.is_empty() {
+            let i = (0..st.free.len()).max_by_key(|&i| (st.free[i].capacity(), i)).unwrap_or(0);
+            let b = st.free.swap_remove(i);
+            st.allocated -= b.capacity();
+        }
+        if st.allocated + len + extra <= self.budget {
+            let b = vec![0u8; len];
+            st.allocated += b.capacity();
+            return Some(b);
+        }
+        None
     }
 
     /// A buffer of `capacity` bytes left the pool for good ([`Tensor::detach`]).
@@ -313,6 +359,21 @@ impl Buffers {
     fn close(&self) {
         self.lock().closed = true;
         self.returned.notify_all();
+    }
+}
+
+/// Bytes of the budget held for FFmpeg's memory during one decode; given back on drop.
+struct Reservation {
+    bytes: usize,
+    pool: Arc<Buffers>,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut st = self.pool.lock();
+        st.allocated = st.allocated.saturating_sub(self.bytes);
+        drop(st);
+        self.pool.returned.notify_all();
     }
 }
 
@@ -531,6 +592,17 @@ pub fn check_file(job: &Job) -> Result<(), Failure> {
 
 type JobResult = (Result<Output, Failure>, f64, f64);
 
+/// [`Decoder::working_bytes`] reckoned from the index's descriptor alone, before FFmpeg opens
+/// the file: a picture at three bytes a pixel (a video decoder holds at least three of at least
+/// 1.5 bytes a pixel) and an image's whole file, twice, as its packet.
+fn index_working_bytes(d: &crate::descriptor::Descriptor) -> usize {
+    let picture = (d.width as usize).saturating_mul(d.height as usize).saturating_mul(3);
+    match d.modality {
+        crate::descriptor::Modality::Image => picture.saturating_add((d.bytes as usize).saturating_mul(2)),
+        _ => picture,
+    }
+}
+
 fn run_job(
     job: &Job,
     buffers: &Arc<Buffers>,
@@ -541,12 +613,33 @@ fn run_job(
     let mut waited = 0.0;
     let result = (|| -> Result<Option<Output>, Failure> {
         check_file(job)?;
-        let mut dec = Decoder::open(&job.path)?;
+        // FFmpeg's memory as the index reckons it is held before FFmpeg opens the file (probing
+        // an image decodes it whole); a picture that cannot fit is refused unread.
+        let least = job.descriptor.as_ref().map_or(0, index_working_bytes);
+        if least > buffers.budget {
+            return Err(Failure::TooLarge { need: 0, working: least, budget: buffers.budget });
+        }
+        let w0 = Instant::now();
+        let Some(held) = buffers.reserve(least) else { return Ok(None) };
+        waited += w0.elapsed().as_secs_f64();
+        // FFmpeg refuses any picture that could not fit the whole budget as 8-bit RGB.
+        let mut dec = Decoder::open_within(&job.path, Some(buffers.budget as u64 / 3))?;
         if let Some(t) = timeout {
             dec.set_deadline(t);
         }
+        let working = dec.working_bytes().max(least);
         if job.mode == Mode::AllFrames {
-            return Ok(Some(Output::AllFrames(dec.decode_all_frames()?)));
+            if working > buffers.budget {
+                return Err(Failure::TooLarge { need: 0, working, budget: buffers.budget });
+            }
+            let w0 = Instant::now();
+            let Some((buf, reservation)) = buffers.acquire_with_held(0, working, held) else {
+                return Ok(None);
+            };
+            waited += w0.elapsed().as_secs_f64();
+            let all = dec.decode_all_frames();
+            drop((reservation, buf));
+            return Ok(Some(Output::AllFrames(all?)));
         }
         let shape = dec.shape(params)?;
         let range = job.frames.unwrap_or(FrameRange::whole(shape.frames));
@@ -555,17 +648,21 @@ fn run_job(
             return Err(DecodeError::BadRange { start, end, frames }.into());
         }
         let need = range.len() as usize * shape.frame_bytes();
-        if need > buffers.budget {
-            return Err(Failure::TooLarge { need, budget: buffers.budget });
+        if need.saturating_add(working) > buffers.budget {
+            return Err(Failure::TooLarge { need, working, budget: buffers.budget });
         }
         let strategy = job.strategy.unwrap_or_else(|| match &job.descriptor {
             Some(d) => Strategy::for_range(d, params, range),
             None => Strategy::Scan,
         });
         let w0 = Instant::now();
-        let Some(mut buf) = buffers.acquire(need) else { return Ok(None) };
-        waited = w0.elapsed().as_secs_f64();
-        match dec.decode_range_into(params, strategy, range, &mut buf) {
+        let Some((mut buf, reservation)) = buffers.acquire_with_held(need, working, held) else {
+            return Ok(None);
+        };
+        waited += w0.elapsed().as_secs_f64();
+        let decoded = dec.decode_range_into(params, strategy, range, &mut buf);
+        drop(reservation);
+        match decoded {
             Ok(decoded) => {
                 Ok(Some(Output::Sampled { tensor: Tensor { buf, pool: buffers.clone() }, decoded }))
             }
@@ -588,11 +685,21 @@ fn run_job(
 mod tests {
     use super::*;
 
-    fn buffers(budget: usize) -> Buffers {
-        Buffers {
+    fn buffers(budget: usize) -> Arc<Buffers> {
+        Arc::new(Buffers {
             budget,
             state: Mutex::new(BufState { free: Vec::new(), allocated: 0, closed: false }),
             returned: Condvar::new(),
+        })
+    }
+
+    impl Buffers {
+        fn acquire(self: &Arc<Self>, len: usize) -> Option<Vec<u8>> {
+            self.acquire_with(len, 0).map(|(b, _)| b)
+        }
+
+        fn acquire_with(self: &Arc<Self>, len: usize, working: usize) -> Option<(Vec<u8>, Reservation)> {
+            self.acquire_with_held(len, working, Reservation { bytes: 0, pool: Arc::clone(self) })
         }
     }
 
@@ -615,8 +722,26 @@ mod tests {
     }
 
     #[test]
+    fn ffmpeg_memory_is_held_in_the_budget_for_the_decode_and_given_back() {
+        let b = buffers(300);
+        let (out, working) = b.acquire_with(100, 150).unwrap();
+        assert_eq!(b.lock().allocated, 250, "the tensor and FFmpeg's share");
+        // 100 more does not fit beside them: the waiter gets it once the decode ends.
+        let waiter = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || b.acquire_with(100, 0).map(|(x, _)| x.len()))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "the budget is spent while the decode runs");
+        drop(working);
+        assert_eq!(waiter.join().unwrap(), Some(100));
+        assert_eq!(b.lock().allocated, 200, "FFmpeg's share given back, the tensors kept");
+        drop(out);
+    }
+
+    #[test]
     fn a_detached_tensor_leaves_the_budget_and_keeps_its_bytes() {
-        let b = Arc::new(buffers(150));
+        let b = buffers(150);
         let mut buf = b.acquire(100).unwrap();
         buf.fill(7);
         let kept = Tensor { buf, pool: Arc::clone(&b) }.detach();

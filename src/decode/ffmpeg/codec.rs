@@ -30,6 +30,17 @@ impl CodecContext {
     /// Opens the decoder of stream `index` of `input`, single-threaded (the protocol's CPU
     /// budget counts one core per worker), with the stream's time base as packet time base.
     pub fn open(input: &Input, index: usize) -> Result<CodecContext, AvError> {
+        Self::open_within(input, index, None)
+    }
+
+    /// [`CodecContext::open`], refusing pictures of more than `max_pixels` (FFmpeg's option of
+    /// that name): a stream whose pictures outgrow what its header said fails to decode instead
+    /// of taking memory the pool's budget did not grant.
+    pub fn open_within(
+        input: &Input,
+        index: usize,
+        max_pixels: Option<u64>,
+    ) -> Result<CodecContext, AvError> {
         let not_found = AvError { call: "avcodec_find_decoder", code: ff::AVERROR_DECODER_NOT_FOUND };
         let (par, time_base) = input
             .codecpar(index)
@@ -53,6 +64,9 @@ impl CodecContext {
             (*c).thread_count = 1;
             (*c).thread_type = 0;
             (*c).pkt_timebase = ff::AVRational { num: time_base.0, den: time_base.1 };
+            if let Some(px) = max_pixels {
+                (*c).max_pixels = px.clamp(1, i32::MAX as u64) as i64;
+            }
         }
         // SAFETY: ctx was allocated for codec; NULL options are allowed.
         let ret = unsafe { ff::avcodec_open2(ctx.as_ptr(), codec, ptr::null_mut()) };
@@ -85,6 +99,12 @@ impl CodecContext {
             Err(e) if e.kind() == AvErrorKind::Eof => Ok(Received::Eof),
             Err(e) => Err(e),
         }
+    }
+
+    /// The stream's level as the header states it (FFmpeg's `level`; `-99` when unknown).
+    pub fn level(&self) -> i32 {
+        // SAFETY: ctx is a valid context; a plain field read.
+        unsafe { (*self.ctx.as_ptr()).level }
     }
 
     /// Forgets buffered packets and frames, e.g. after a seek (`avcodec_flush_buffers`).

@@ -165,8 +165,33 @@ impl Input {
     /// Reads packets to fill in what the header lacks (`avformat_find_stream_info`). Costly: it
     /// decodes the first frames. Call only when a field is missing.
     pub fn find_stream_info(&mut self) -> Result<(), AvError> {
-        // SAFETY: ctx is a valid open context; NULL options are allowed.
-        let ret = unsafe { ff::avformat_find_stream_info(self.ctx.as_ptr(), ptr::null_mut()) };
+        self.find_stream_info_within(None)
+    }
+
+    /// [`Input::find_stream_info`], with the decoders it opens refusing pictures of more than
+    /// `max_pixels` (their `max_pixels` option): probing an image decodes it whole, and a huge
+    /// one must not take memory the pool's budget did not grant. A refused picture leaves its
+    /// pixel format unknown; the call still succeeds.
+    pub fn find_stream_info_within(&mut self, max_pixels: Option<u64>) -> Result<(), AvError> {
+        let n = self.ctx().nb_streams as usize;
+        let mut options: Vec<*mut ff::AVDictionary> = vec![ptr::null_mut(); n];
+        if let Some(px) = max_pixels {
+            let value = CString::new(px.clamp(1, i32::MAX as u64).to_string()).expect("digits");
+            for o in &mut options {
+                // SAFETY: o is a NULL or valid dictionary pointer; key and value are C strings
+                // copied by the call (flags 0).
+                let ret = unsafe { ff::av_dict_set(o, c"max_pixels".as_ptr(), value.as_ptr(), 0) };
+                if ret < 0 {
+                    free_dicts(&mut options);
+                    return check(ret, "av_dict_set").map(|_| ());
+                }
+            }
+        }
+        let opts = if max_pixels.is_some() && n > 0 { options.as_mut_ptr() } else { ptr::null_mut() };
+        // SAFETY: ctx is a valid open context; opts is NULL or an array of nb_streams
+        // dictionaries, which the call may replace with the options it did not use.
+        let ret = unsafe { ff::avformat_find_stream_info(self.ctx.as_ptr(), opts) };
+        free_dicts(&mut options);
         check(ret, "avformat_find_stream_info").map(|_| ())
     }
 
@@ -322,5 +347,13 @@ impl Drop for Input {
         let mut raw = self.ctx.as_ptr();
         // SAFETY: raw came from avformat_open_input and is closed exactly once, here.
         unsafe { ff::avformat_close_input(&mut raw) };
+    }
+}
+
+/// Frees dictionaries FFmpeg handed back (NULL entries are skipped by `av_dict_free`).
+fn free_dicts(dicts: &mut [*mut ff::AVDictionary]) {
+    for d in dicts {
+        // SAFETY: d is NULL or a dictionary this module made or FFmpeg returned to it.
+        unsafe { ff::av_dict_free(d) };
     }
 }

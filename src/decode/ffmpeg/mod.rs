@@ -19,7 +19,7 @@ pub use codec::{CodecContext, Received};
 pub use error::{check, AvError, AvErrorKind};
 pub use frame::{Frame, Packet};
 pub use input::{IndexEntry, Input, StreamInfo};
-pub use scale::{pixel_format, pixel_format_name, Scaler};
+pub use scale::{picture_bytes, pixel_format, pixel_format_name, Scaler};
 
 /// Silences FFmpeg's own logging (errors come back as return codes, which we report with the
 /// sample's id and path). Called once by every constructor in this module.

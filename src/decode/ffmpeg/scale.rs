@@ -1,5 +1,6 @@
 //! Pixel-format conversion and resizing (`SwsContext`), owned.
 
+use std::ffi::c_int;
 use std::ptr::{self, NonNull};
 
 use ffmpeg_sys_next as ff;
@@ -15,6 +16,16 @@ pub fn pixel_format(format: i32) -> Option<ff::AVPixelFormat> {
     // SAFETY: AVPixelFormat is `repr(i32)` with contiguous values from -1 (NONE) to NB, generated
     // from the installed headers; format was checked to lie in 0..NB.
     Some(unsafe { std::mem::transmute::<i32, ff::AVPixelFormat>(format) })
+}
+
+/// Bytes of one unpadded picture of `width` × `height` in pixel format `format`
+/// (`av_image_get_buffer_size`), when FFmpeg knows the format and the size is valid.
+pub fn picture_bytes(format: i32, width: u32, height: u32) -> Option<usize> {
+    let f = pixel_format(format)?;
+    let (w, h) = (c_int::try_from(width).ok()?, c_int::try_from(height).ok()?);
+    // SAFETY: a pure computation over a valid format and two ints; errors come back negative.
+    let n = unsafe { ff::av_image_get_buffer_size(f, w, h, 1) };
+    usize::try_from(n).ok().filter(|&n| n > 0)
 }
 
 /// FFmpeg's name of a pixel format (`yuv420p`), or `fmt<N>` when it has none.
