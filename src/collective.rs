@@ -176,6 +176,10 @@ pub trait Collective {
     fn backend(&self) -> &'static str;
     /// Sets the training step that logs and watchdog reports name; `None` clears it.
     fn set_step(&self, step: Option<u64>);
+    /// Answers peers' watchdog queries while this rank is busy outside collectives (waiting for
+    /// its decodes), so that a peer whose collective times out learns this rank is alive and
+    /// decoding rather than silent. Not a collective; a no-op where there is no watchdog.
+    fn serve_watchdog(&self) {}
 
     /// Every rank contributes `send` (same length on every rank); `recv` receives rank `r`'s block
     /// at `r * send.len()` and must be `size() * send.len()` long.

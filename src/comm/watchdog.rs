@@ -25,8 +25,23 @@ pub enum PeerState {
         /// How long the peer has been waiting in it.
         waited: Duration,
     },
+    /// Outside collectives, waiting for its own decodes ([`encode_decoding`]).
+    Decoding {
+        /// The peer's training step, if set.
+        step: Option<u64>,
+        /// How long since the peer left its last collective.
+        busy: Duration,
+    },
     /// No answer within the grace period.
     Silent,
+}
+
+/// The op code of [`PeerState::Decoding`] on the wire (no collective has it).
+const DECODING: u64 = 1 << 32;
+
+/// The wire form of "decoding outside collectives", answered by [`crate::Collective::serve_watchdog`].
+pub fn encode_decoding(step: Option<u64>, busy: Duration) -> Vec<u64> {
+    vec![DECODING, 0, step.unwrap_or(u64::MAX), busy.as_millis() as u64]
 }
 
 /// The wire form of a state: `[op code, seq, step or u64::MAX, waited ms]`.
@@ -37,6 +52,10 @@ pub fn encode(site: &Site, waited: Duration) -> Vec<u64> {
 /// Parses [`encode`]'s form.
 pub fn decode(words: &[u64]) -> PeerState {
     match words {
+        [DECODING, _, step, ms, ..] => PeerState::Decoding {
+            step: (*step != u64::MAX).then_some(*step),
+            busy: Duration::from_millis(*ms),
+        },
         [op, seq, step, ms, ..] => PeerState::In {
             op: CollectiveOp::from_code(*op),
             seq: *seq,
@@ -78,6 +97,13 @@ pub fn report(
                     waited.as_secs_f64()
                 )
             }
+            PeerState::Decoding { step, busy } => writeln!(
+                s,
+                "  rank {rank}: NOT ARRIVED: alive, waiting for its own decodes{} for {:.1} s, outside \
+                 collectives (decodes slower than the timeout: raise it, or lower decode_timeout_s)",
+                step.map(|t| format!(" of step {t}")).unwrap_or_default(),
+                busy.as_secs_f64()
+            ),
             PeerState::Silent => writeln!(
                 s,
                 "  rank {rank}: NOT ARRIVED: no answer within {:.1} s (dead, exited, or busy outside \

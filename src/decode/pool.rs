@@ -494,6 +494,11 @@ impl Pool {
         Some(o)
     }
 
+    /// Whether every submitted job has been returned ([`Pool::recv`] would return `None`).
+    pub fn is_idle(&self) -> bool {
+        self.pending.load(Ordering::SeqCst) == 0
+    }
+
     /// A finished job if one is waiting, without blocking.
     pub fn try_recv(&self) -> Option<Outcome> {
         let o = self.results.lock().unwrap_or_else(|e| e.into_inner()).try_recv().ok()?;

@@ -394,6 +394,9 @@ fn workers_of(rank: usize, ranks: usize, total: usize) -> u32 {
     (total / ranks + usize::from(rank < total % ranks)).max(1) as u32
 }
 
+/// How often a rank waiting for its decodes answers peers' watchdog queries, in seconds.
+const WATCHDOG_SERVE_S: f64 = 0.05;
+
 /// The executor of one rank. Fields are dropped in order: the workers stop before the world goes.
 pub struct Loader<'w> {
     engine: Engine,
@@ -790,22 +793,19 @@ impl<'w> Loader<'w> {
         }
     }
 
-    /// Waits until these decodes are done or the clock reaches `until_s`.
+    /// Waits until these decodes are done or the clock reaches `until_s`, answering peers'
+    /// watchdog queries meanwhile (a rank waiting for its decodes is alive, not silent).
     fn await_decodes(&mut self, keys: &[PartKey], until_s: Option<f64>) {
         while !self.engine.all_done(keys) {
-            let outcome = match until_s {
-                Some(limit) => {
-                    let left = limit - self.now();
-                    if left <= 0.0 {
-                        return;
-                    }
-                    self.pool.recv_timeout(Duration::from_secs_f64(left))
-                }
-                None => self.pool.recv(),
-            };
-            match outcome {
+            let left = until_s.map_or(f64::INFINITY, |limit| limit - self.now());
+            if left <= 0.0 {
+                return;
+            }
+            let wait = Duration::from_secs_f64(left.min(WATCHDOG_SERVE_S));
+            match self.pool.recv_timeout(wait) {
                 Some(o) => self.file(o),
-                None => return, // timed out, or the pool holds nothing: the engine decides
+                None if self.pool.is_idle() => return, // the pool holds nothing: the engine decides
+                None => self.world.get().serve_watchdog(),
             }
         }
     }

@@ -51,6 +51,9 @@ const TAG_REPLY: i32 = 2;
 
 /// Tag of the point-to-point messages of a collective: one per kind, so that ranks that issued
 /// different collectives never match each other's messages (they time out and report instead).
+/// The longest watchdog query read (they are [`watchdog::encode`]'s four words).
+const MAX_QUERY_WORDS: usize = 16;
+
 fn bulk_tag(op: CollectiveOp) -> i32 {
     16 + op.code() as i32
 }
@@ -80,6 +83,9 @@ pub struct MpiWorld {
     step: Cell<Option<u64>>,
     parked: RefCell<Vec<Pending<'static>>>,
     closed: Cell<bool>,
+    /// Since when this rank has answered the watchdog from outside collectives
+    /// ([`Collective::serve_watchdog`]); cleared by the next collective.
+    busy_since: Cell<Option<Instant>>,
     // Last field: dropped after the communicators above are freed.
     _universe: Option<mpi::environment::Universe>,
 }
@@ -122,6 +128,7 @@ impl MpiWorld {
             step: Cell::new(None),
             parked: RefCell::new(Vec::new()),
             closed: Cell::new(false),
+            busy_since: Cell::new(None),
             _universe: universe,
         }
     }
@@ -194,6 +201,7 @@ impl MpiWorld {
         self.seq.set(seq + 1);
         let site = Site { rank: self.data.rank(), op, seq, step: self.step.get() };
         watchdog::note_enter(&site);
+        self.busy_since.set(None);
         site
     }
 
@@ -240,7 +248,7 @@ impl MpiWorld {
             }
             polls = polls.wrapping_add(1);
             if polls % 32 == 0 {
-                self.serve_queries(site, start);
+                self.serve_queries(&watchdog::encode(&site, start.elapsed()));
                 let now = Instant::now();
                 if now >= deadline && self.expire(site, start, pending, peer_of) {
                     return;
@@ -271,13 +279,14 @@ impl MpiWorld {
         raw::abort(EXIT_ABORTED)
     }
 
-    /// Answers queued "where are you?" queries and forgets finished replies.
-    fn serve_queries(&self, site: Site, since: Instant) {
+    /// Answers queued "where are you?" queries with `reply` and forgets finished replies. A
+    /// query longer than any this library sends is left unread (it is not ours to size).
+    fn serve_queries(&self, reply: &[u64]) {
         while let Ok(Some((src, n))) = self.ctl.iprobe(TAG_QUERY) {
-            if self.ctl.recv_u64s(src, TAG_QUERY, n).is_err() {
+            if n > MAX_QUERY_WORDS || self.ctl.recv_u64s(src, TAG_QUERY, n).is_err() {
                 break;
             }
-            if let Ok(p) = self.ctl.isend_owned(src, TAG_REPLY, watchdog::encode(&site, since.elapsed())) {
+            if let Ok(p) = self.ctl.isend_owned(src, TAG_REPLY, reply.to_vec()) {
                 self.parked.borrow_mut().push(p);
             }
         }
@@ -313,7 +322,7 @@ impl MpiWorld {
                 );
                 return true;
             }
-            self.serve_queries(site, start);
+            self.serve_queries(&watchdog::encode(&site, start.elapsed()));
             while let Ok(Some((src, len))) = self.ctl.iprobe(TAG_REPLY) {
                 match self.ctl.recv_u64s(src, TAG_REPLY, len) {
                     Ok(words) => states[src] = Some(watchdog::decode(&words)),
@@ -366,6 +375,12 @@ impl Collective for MpiWorld {
 
     fn backend(&self) -> &'static str {
         "mpi"
+    }
+
+    fn serve_watchdog(&self) {
+        let since = self.busy_since.get().unwrap_or_else(Instant::now);
+        self.busy_since.set(Some(since));
+        self.serve_queries(&watchdog::encode_decoding(self.step.get(), since.elapsed()));
     }
 
     fn set_step(&self, step: Option<u64>) {
