@@ -66,3 +66,4 @@ pub mod rng;
 pub mod sampler;
 pub mod sim;
 pub mod step;
+pub mod text;

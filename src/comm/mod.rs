@@ -81,7 +81,11 @@ impl Config {
                     what: "must be a positive number of seconds",
                 });
             }
-            c.timeout = Duration::from_secs_f64(secs);
+            c.timeout = Duration::try_from_secs_f64(secs).map_err(|_| ConfigError {
+                var: "DATAHELIX_COLLECTIVE_TIMEOUT",
+                value: v.clone(),
+                what: "too many seconds to be a timeout",
+            })?;
         }
         if let Ok(v) = std::env::var("DATAHELIX_MPI_MAX_MESSAGE") {
             c.max_message_bytes =

@@ -133,8 +133,9 @@ impl LoaderState {
                 ))
             }
         }
-        let s: LoaderState =
-            serde_json::from_value(value).map_err(|e| format!("not a valid loader state: {e}"))?;
+        let s: LoaderState = serde_json::from_value(value).map_err(|e| {
+            format!("not a valid loader state: {}", crate::text::clipped(&e.to_string(), 400))
+        })?;
         if s.checksum != s.expected_checksum() {
             return Err("the loader state was changed after it was written (its checksum does not match); \
                  use the file the run wrote"

@@ -47,6 +47,8 @@ pub(crate) const KEYS: &[&str] = &[
 ];
 
 fn invalid(key: &str, value: &str, what: &str) -> Error {
+    let value = crate::text::clipped(value, 80);
+    let what = crate::text::clipped(what, 400);
     Error::new(dh_result::DH_INVALID_PARAMETER, format!("configuration key {key:?}: value {value:?}: {what}"))
 }
 
@@ -129,7 +131,8 @@ impl dh_config {
                 if !(s.is_finite() && s > 0.0) {
                     return Err(invalid(key, value, "expected a positive number of seconds"));
                 }
-                self.comm.timeout = Duration::from_secs_f64(s);
+                self.comm.timeout = Duration::try_from_secs_f64(s)
+                    .map_err(|_| invalid(key, value, "too many seconds to be a timeout"))?;
             }
             "decode_timeout_s" => {
                 let s: f64 = num(key, value, "expected seconds")?;

@@ -240,7 +240,7 @@ impl StepRecord {
 
     /// Decodes the concatenated records of an all-gather, checking each sits at its rank's slot.
     pub fn decode_all(bytes: &[u8], ranks: usize) -> Result<Vec<StepRecord>, RecordError> {
-        if bytes.len() != ranks * RECORD_BYTES {
+        if ranks.checked_mul(RECORD_BYTES) != Some(bytes.len()) {
             return Err(RecordError("all-gather length is not ranks × record size"));
         }
         bytes
