@@ -57,9 +57,12 @@ fn main() {
         "semantics" => semantics(&mut world, args.iter().any(|a| a == "--large")),
         "kill" => kill(world.collective(), at),
         "skip" => skip(world.collective(), at),
+        "stop" => stop(world.collective(), at),
+        "short" => short(world.collective()),
         _ => {
             eprintln!(
-                "usage: dh-collective-check semantics [--large] | kill --at K | skip --at K [--backend mpi|hccl]"
+                "usage: dh-collective-check semantics [--large] | kill --at K | skip --at K | stop --at K | \
+                 short [--backend mpi|hccl]"
             );
             2
         }
@@ -380,6 +383,49 @@ fn kill(c: &dyn Collective, at: u64) -> i32 {
         std::thread::sleep(Duration::from_millis(20));
     }
     0
+}
+
+/// The last rank stops itself (SIGSTOP) at step `at`: alive, silent, never answering.
+fn stop(c: &dyn Collective, at: u64) -> i32 {
+    let n = c.size();
+    for step in 0..1000u64 {
+        c.set_step(Some(step));
+        if step == at && c.rank() == n - 1 {
+            eprintln!("rank {}: stopping myself (SIGSTOP) at step {step}", c.rank());
+            // SAFETY: raise(3) with a valid signal number has no memory effects.
+            unsafe { libc::raise(libc::SIGSTOP) };
+        }
+        let mut x = [1u64];
+        if let Err(e) = c.all_reduce_u64(&mut x, ReduceOp::Sum) {
+            eprintln!("{e}");
+            return 1;
+        }
+    }
+    0
+}
+
+/// Rank 0 sends rank 1 half of what rank 1 expects, in an all-to-all-v that goes point to
+/// point (run with `DATAHELIX_MPI_MAX_MESSAGE` below 200): the receive's count check must catch
+/// it; exit 0 means the short message went unnoticed.
+fn short(c: &dyn Collective) -> i32 {
+    let n = c.size();
+    // Rank s sends rank d `send(s, d)` bytes; rank d expects `expect(s, d)`.
+    let send = |s: usize, d: usize| if s == 0 && d == 1 { 100 } else { 200 };
+    let send_counts: Vec<usize> = (0..n).map(|d| send(c.rank(), d)).collect();
+    let recv_counts: Vec<usize> = (0..n).map(|s| if s == c.rank() { send(s, s) } else { 200 }).collect();
+    let (sd, rd) = (prefix_sums(&send_counts), prefix_sums(&recv_counts));
+    let data = vec![5u8; send_counts.iter().sum()];
+    let mut recv = vec![0u8; recv_counts.iter().sum()];
+    match c.all_to_all_v(&data, &send_counts, &sd, &mut recv, &recv_counts, &rd) {
+        Ok(()) => {
+            eprintln!("rank {}: all_to_all_v completed", c.rank());
+            0
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            1
+        }
+    }
 }
 
 fn skip(c: &dyn Collective, at: u64) -> i32 {

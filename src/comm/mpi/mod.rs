@@ -49,13 +49,19 @@ const LONG_WAIT_PAUSE: Duration = Duration::from_micros(200);
 const TAG_QUERY: i32 = 1;
 const TAG_REPLY: i32 = 2;
 
-/// Tag of the point-to-point messages of a collective: one per kind, so that ranks that issued
-/// different collectives never match each other's messages (they time out and report instead).
 /// The longest watchdog query read (they are [`watchdog::encode`]'s four words).
 const MAX_QUERY_WORDS: usize = 16;
 
-fn bulk_tag(op: CollectiveOp) -> i32 {
-    16 + op.code() as i32
+/// Collectives a point-to-point tag tells apart by sequence number ([`bulk_tag`]).
+const TAG_SEQS: i32 = 4096;
+
+/// Tag of the point-to-point messages of a collective: its kind and its sequence number (mod
+/// [`TAG_SEQS`]), so that ranks that issued different collectives never match each other's
+/// messages (they time out and report instead), and a stale message of an earlier collective
+/// is never taken for this one's. At most 64 + 7 × 4096 − 1 = 28 735, within the 32 767 every
+/// MPI allows (`MPI_TAG_UB`).
+fn bulk_tag(site: Site) -> i32 {
+    64 + site.op.code() as i32 * TAG_SEQS + (site.seq % TAG_SEQS as u64) as i32
 }
 
 /// MPI could not be started.
@@ -272,6 +278,9 @@ impl MpiWorld {
             raw::MpiErrorKind::Truncate => {
                 " — a message was longer than its receive buffer: the ranks disagree on sizes or issued \
                  different collectives"
+            }
+            _ if e.code == mpi::ffi::MPI_ERR_COUNT as i32 && e.call.starts_with("MPI_Irecv") => {
+                " — a peer sent fewer bytes than the collective announced: the ranks disagree on sizes"
             }
             _ => "",
         };
@@ -493,7 +502,7 @@ impl Collective for MpiWorld {
         let max = self.config.max_message_bytes;
         let bytes = send.len() + recv.len();
         let r = self.run_at(site, bytes, |c| {
-            c.iexchange(bulk_tag(site.op), send, &sends, recv, &recvs, max).map(|(p, o)| (p, Some(o)))
+            c.iexchange(bulk_tag(site), send, &sends, recv, &recvs, max).map(|(p, o)| (p, Some(o)))
         });
         watchdog::note_leave();
         r
@@ -580,7 +589,7 @@ impl MpiWorld {
             (0..n).filter(|&p| p != me && counts[p] > 0).map(|p| (p, displs[p], counts[p])).collect();
         let max = self.config.max_message_bytes;
         self.run_at(site, send.len() * sends.len() + recv.len(), |c| {
-            c.iexchange(bulk_tag(site.op), send, &sends, recv, &recvs, max).map(|(p, o)| (p, Some(o)))
+            c.iexchange(bulk_tag(site), send, &sends, recv, &recvs, max).map(|(p, o)| (p, Some(o)))
         })
     }
 }

@@ -398,7 +398,7 @@ impl OwnedComm {
         // keeps it alive until the request completes (Pending's contract).
         let ret = unsafe { ffi::MPI_Isend(ptr, n, u64_type(), dest as c_int, tag, self.raw, &mut req) };
         check(ret, "MPI_Isend")?;
-        p.reqs.push(req);
+        p.push(req);
         Ok(p)
     }
 
@@ -417,7 +417,7 @@ impl OwnedComm {
             ffi::MPI_Iallgather(send_ptr(send), n, byte_type(), rptr, n, byte_type(), self.raw, &mut req)
         };
         check(ret, CALL)?;
-        p.reqs.push(req);
+        p.push(req);
         Ok(p)
     }
 
@@ -456,7 +456,7 @@ impl OwnedComm {
         };
         check(ret, CALL)?;
         p.owned_ints.extend(arrays);
-        p.reqs.push(req);
+        p.push(req);
         Ok(p)
     }
 
@@ -478,7 +478,7 @@ impl OwnedComm {
         // MPI datatype is T::datatype(); both outlive the request.
         let ret = unsafe { ffi::MPI_Iallreduce(sptr, rptr, n, T::datatype(), op.raw(), self.raw, &mut req) };
         check(ret, CALL)?;
-        p.reqs.push(req);
+        p.push(req);
         Ok(p)
     }
 
@@ -495,7 +495,7 @@ impl OwnedComm {
         // SAFETY: data holds n bytes and outlives the request.
         let ret = unsafe { ffi::MPI_Ibcast(ptr, n, byte_type(), root as c_int, self.raw, &mut req) };
         check(ret, CALL)?;
-        p.reqs.push(req);
+        p.push(req);
         Ok(p)
     }
 
@@ -506,7 +506,7 @@ impl OwnedComm {
         // SAFETY: valid communicator; req is writable.
         let ret = unsafe { ffi::MPI_Ibarrier(self.raw, &mut req) };
         check(ret, "MPI_Ibarrier")?;
-        p.reqs.push(req);
+        p.push(req);
         Ok(p)
     }
 
@@ -565,7 +565,7 @@ impl OwnedComm {
                     p.cancel_all();
                     return Err(e);
                 }
-                p.reqs.push(req);
+                p.push_recv(req, len);
                 peer_of.push(peer);
                 at += len;
             }
@@ -591,7 +591,7 @@ impl OwnedComm {
                     p.cancel_all();
                     return Err(e);
                 }
-                p.reqs.push(req);
+                p.push(req);
                 peer_of.push(peer);
                 at += len;
             }
@@ -790,10 +790,16 @@ impl From<Vec<f64>> for Owned {
     }
 }
 
+/// [`Pending`]'s mark for a request whose received count is not checked.
+const NO_COUNT_CHECK: usize = usize::MAX;
+
 /// In-flight MPI requests that borrow buffers for `'b`. Complete them with [`Pending::test`]
 /// until it returns `true`; dropping an incomplete `Pending` aborts the job (see module docs).
 pub struct Pending<'b> {
     reqs: Vec<ffi::MPI_Request>,
+    /// Per request: the bytes a point-to-point receive must bring, checked on completion
+    /// ([`NO_COUNT_CHECK`] for the rest: collectives match counts on both sides by contract).
+    expect: Vec<usize>,
     owned_ints: Vec<Vec<c_int>>,
     owned: Vec<Owned>,
     scratch: Box<Scratch>,
@@ -804,6 +810,7 @@ impl<'b> Pending<'b> {
     fn new() -> Self {
         Pending {
             reqs: Vec::new(),
+            expect: Vec::new(),
             owned_ints: Vec::new(),
             owned: Vec::new(),
             scratch: Box::new(Scratch([0; 16])),
@@ -818,6 +825,18 @@ impl<'b> Pending<'b> {
         } else {
             buf.as_mut_ptr().cast()
         }
+    }
+
+    fn push(&mut self, req: ffi::MPI_Request) {
+        self.reqs.push(req);
+        self.expect.push(NO_COUNT_CHECK);
+    }
+
+    /// A point-to-point receive that must bring exactly `bytes` (a shorter message — a peer
+    /// that sent less than it announced, or a stale message of another size — is an error).
+    fn push_recv(&mut self, req: ffi::MPI_Request, bytes: usize) {
+        self.reqs.push(req);
+        self.expect.push(bytes);
     }
 
     /// Number of requests (completed ones included).
@@ -841,14 +860,15 @@ impl<'b> Pending<'b> {
         let null = null_request();
         let mut all = true;
         let mut first_err = None;
-        for req in &mut self.reqs {
+        for (req, &expect) in self.reqs.iter_mut().zip(&self.expect) {
             if *req == null {
                 continue;
             }
             let mut flag: c_int = 0;
+            let mut status = std::mem::MaybeUninit::<ffi::MPI_Status>::zeroed();
             // SAFETY: req is an active request created by this struct; MPI_Test sets it to
-            // MPI_REQUEST_NULL on completion; status is ignored.
-            let ret = unsafe { ffi::MPI_Test(req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+            // MPI_REQUEST_NULL on completion and fills status (zero-initialised, writable).
+            let ret = unsafe { ffi::MPI_Test(req, &mut flag, status.as_mut_ptr()) };
             if let Err(e) = check(ret, "MPI_Test") {
                 first_err.get_or_insert(e);
                 *req = null;
@@ -856,6 +876,16 @@ impl<'b> Pending<'b> {
             }
             if flag == 0 {
                 all = false;
+            } else if expect != NO_COUNT_CHECK {
+                let mut count: c_int = 0;
+                // SAFETY: status was filled by the completed MPI_Test above.
+                let ret = unsafe { ffi::MPI_Get_count(status.as_ptr(), byte_type(), &mut count) };
+                if check(ret, "MPI_Get_count").is_err() || usize::try_from(count).ok() != Some(expect) {
+                    first_err.get_or_insert(MpiError {
+                        call: "MPI_Irecv (a message shorter than announced)",
+                        code: ffi::MPI_ERR_COUNT as i32,
+                    });
+                }
             }
         }
         match first_err {
