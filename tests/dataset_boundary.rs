@@ -45,7 +45,7 @@ fn write_manifest(dir: &Path, samples: &[(u64, &str)]) {
 }
 
 fn opts() -> BuildOptions {
-    BuildOptions { workers: 2, progress: false, force: false }
+    BuildOptions { workers: 2, progress: false, force: false, ..Default::default() }
 }
 
 #[test]

@@ -109,8 +109,9 @@ fn bad_dataset() -> (tempfile::TempDir, BTreeMap<u64, Status>) {
 #[test]
 fn every_bad_input_becomes_a_reported_status() {
     let (tmp, expect) = bad_dataset();
-    let report = build(tmp.path(), &BuildOptions { workers: 2, progress: false, force: false })
-        .expect("build never aborts");
+    let report =
+        build(tmp.path(), &BuildOptions { workers: 2, progress: false, force: false, ..Default::default() })
+            .expect("build never aborts");
     assert_eq!(report.count, 17 + 2);
     assert_eq!(report.ok, 3);
     assert_eq!(report.bad, 16);
@@ -143,7 +144,7 @@ fn every_bad_input_becomes_a_reported_status() {
 #[test]
 fn rebuild_reprobes_only_changed_files() {
     let tmp = common::copy_dataset(&common::tiny_dataset());
-    let opts = BuildOptions { workers: 2, progress: false, force: false };
+    let opts = BuildOptions { workers: 2, progress: false, force: false, ..Default::default() };
     let first = build(tmp.path(), &opts).unwrap();
     assert_eq!((first.probed, first.reused), (12, 0));
     let second = build(tmp.path(), &opts).unwrap();

@@ -1,25 +1,56 @@
 //! The skip budget (issue 18, item 4): a run whose samples keep failing ends on every rank with
-//! the failing ids and what to do, instead of training on silently empty batches. Tried as a
-//! user would: a dataset copied with new modification times makes every sample "changed" since
-//! indexing.
+//! the failing ids and what to do, instead of training on silently empty batches. And a stale
+//! index re-probes its changed files instead of skipping them: a dataset copied with new
+//! modification times (every sample "changed" since indexing, which once ended the run here)
+//! trains.
 
 mod common;
 
 use std::process::Command;
 use std::time::Duration;
 
+/// The dataset's media files, from its manifest.
+fn media(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_to_string(dir.join("manifest.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            dir.join(v["path"].as_str().unwrap())
+        })
+        .collect()
+}
+
 #[test]
-fn a_run_whose_samples_all_fail_ends_with_their_ids() {
-    // Indexed, then every file rewritten with new modification times (the bytes are the same).
+fn a_dataset_copied_with_new_times_is_reprobed_and_trains() {
+    // Indexed, then every file given a new modification time (the bytes are the same).
     let data = common::copy_dataset(&common::tiny_dataset());
     let o = common::run(Command::new(env!("CARGO_BIN_EXE_datahelix")).arg("index").arg(data.path()));
     assert!(o.status.success());
     let later = std::time::SystemTime::now() + Duration::from_secs(3600);
-    for line in std::fs::read_to_string(data.path().join("manifest.jsonl")).unwrap().lines() {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let f =
-            std::fs::File::options().write(true).open(data.path().join(v["path"].as_str().unwrap())).unwrap();
-        f.set_modified(later).unwrap();
+    for file in media(data.path()) {
+        std::fs::File::options().write(true).open(file).unwrap().set_modified(later).unwrap();
+    }
+    let common::TrainRun { ok, text, .. } = common::train_2_ranks(
+        data.path(),
+        "helix",
+        12,
+        &["--checksums"],
+        &[("DATAHELIX_LOG", "warn".into())],
+    );
+    assert!(ok, "{text}");
+    assert!(text.contains("changed since indexing") && text.contains("re-probing"), "{text}");
+    assert!(!text.contains("skipped"), "{text}");
+}
+
+#[test]
+fn a_run_whose_samples_all_fail_ends_with_their_ids() {
+    // Indexed, then every file replaced by bytes no decoder reads (a re-probe cannot help).
+    let data = common::copy_dataset(&common::tiny_dataset());
+    let o = common::run(Command::new(env!("CARGO_BIN_EXE_datahelix")).arg("index").arg(data.path()));
+    assert!(o.status.success());
+    for file in media(data.path()) {
+        std::fs::write(file, b"not media at all").unwrap();
     }
     for policy in ["helix", "rank-local"] {
         let common::TrainRun { ok, text, took } = common::train_2_ranks(data.path(), policy, 12, &[], &[]);

@@ -25,6 +25,7 @@ use untrusted_support::{apply, mutation};
 /// files of its own below.
 const KEYS: &[&str] = &[
     "data",
+    "index_dir",
     "policy",
     "global_batch",
     "workers",
@@ -62,7 +63,7 @@ fn accepted(key: &str, value: &str) -> Option<bool> {
             seconds(t).is_some_and(|s| s >= 0.0)
         }
         "collective_timeout_s" => seconds(t).is_some_and(|s| s > 0.0),
-        "job" => true,
+        "job" | "index_dir" => true,
         "max_frames" => t.parse::<u32>().is_ok(),
         "max_pixels" => t.parse::<u64>().is_ok(),
         "resume" => LoaderState::from_json(value).is_ok(),

@@ -562,7 +562,7 @@ proptest! {
         std::fs::create_dir_all(dir.join(".datahelix")).unwrap();
         std::fs::write(dir.join(INDEX_PATH), &old).unwrap();
 
-        let opts = BuildOptions { workers: 2, progress: false, force: false };
+        let opts = BuildOptions { workers: 2, progress: false, force: false, ..Default::default() };
         let report = build(dir, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let parsed = parse(text.as_bytes());
         prop_assert_eq!(report.count, parsed.entries.len() + parsed.errors.len());

@@ -357,7 +357,8 @@ dh_result dh_config_from_file(const char *path, struct dh_config **config_out);
 
 /**
  * Sets one key from its text form. Keys: `data` (dataset folder, indexed with `datahelix
- * index`), `policy` (`helix`, `rank-local`, `actor-pool`, `post-balance`, `helix-batching`,
+ * index`), `index_dir` (the folder of its index when not inside the dataset, as `datahelix
+ * index --index-dir`; default `DATAHELIX_INDEX_DIR`, else the dataset's `.datahelix/`), `policy` (`helix`, `rank-local`, `actor-pool`, `post-balance`, `helix-batching`,
  * `helix-placement`), `global_batch`, `workers` (decode workers across all ranks), `seed`,
  * `steps` (steps the run takes; `dh_loader_next` returns `DH_END` after them; default: no
  * limit), `warmup` (first steps left out of `dh_loader_metrics`), `lookahead`, `budget_mib`,
@@ -376,7 +377,9 @@ dh_result dh_config_from_file(const char *path, struct dh_config **config_out);
  * `DH_INVALID_PARAMETER` (the message names the key and the expected value); the configuration
  * is unchanged then. Not thread-safe for one configuration.
  */
-dh_result dh_config_set(struct dh_config *config, const char *key, const char *value);
+dh_result dh_config_set(struct dh_config *config,
+                        const char *key,
+                        const char *value);
 
 /**
  * Frees a configuration. NULL is a no-op. Freeing twice, or using the configuration afterwards,

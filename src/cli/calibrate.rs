@@ -19,6 +19,10 @@ use crate::index::Index;
 pub struct CalibrateArgs {
     /// The dataset folder (indexed with `datahelix index`).
     pub dir: PathBuf,
+    /// The folder of the dataset's index, when it cannot live in the dataset folder (read-only
+    /// storage); default: `DATAHELIX_INDEX_DIR`, else DIR/.datahelix.
+    #[arg(long)]
+    pub index_dir: Option<PathBuf>,
     /// Decode at most this many samples (0 = all), spread evenly over the index.
     #[arg(long, default_value_t = 0)]
     pub limit: usize,
@@ -132,7 +136,8 @@ pub fn fit_and_evaluate(
 
 /// Runs `datahelix calibrate`.
 pub fn run(args: CalibrateArgs) -> Result<i32, CliError> {
-    let index = Index::open(&args.dir).map_err(|e| CliError::usage(e.to_string()))?;
+    let index =
+        Index::open_in(&args.dir, args.index_dir.as_deref()).map_err(|e| CliError::usage(e.to_string()))?;
     let mut ids: Vec<u64> = Vec::new();
     let n = index.len();
     let take = if args.limit == 0 { n } else { args.limit.min(n) };

@@ -86,6 +86,10 @@ impl DecodeOpts {
 pub struct DecodeArgs {
     /// The dataset folder (indexed with `datahelix index`).
     pub dir: PathBuf,
+    /// The folder of the dataset's index, when it cannot live in the dataset folder (read-only
+    /// storage); default: `DATAHELIX_INDEX_DIR`, else DIR/.datahelix.
+    #[arg(long)]
+    pub index_dir: Option<PathBuf>,
     /// Only these sample ids (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub ids: Vec<u64>,
@@ -263,7 +267,8 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Runs `datahelix decode`.
 pub fn run(args: DecodeArgs) -> Result<i32, CliError> {
-    let index = Index::open(&args.dir).map_err(|e| CliError::usage(e.to_string()))?;
+    let index =
+        Index::open_in(&args.dir, args.index_dir.as_deref()).map_err(|e| CliError::usage(e.to_string()))?;
     if let Some(d) = &args.dump {
         std::fs::create_dir_all(d)
             .map_err(|e| CliError::usage(format!("cannot create {}: {e}", d.display())))?;

@@ -15,6 +15,10 @@ use crate::index::{build, BuildOptions, Index};
 pub struct IndexArgs {
     /// The dataset folder (holding manifest.jsonl).
     pub dir: PathBuf,
+    /// The folder of the dataset's index, when it cannot live in the dataset folder (read-only
+    /// storage); default: `DATAHELIX_INDEX_DIR`, else DIR/.datahelix.
+    #[arg(long)]
+    pub index_dir: Option<PathBuf>,
     /// Probe threads (default: one per core).
     #[arg(long, default_value_t = 0)]
     pub workers: usize,
@@ -59,14 +63,19 @@ struct IndexJson {
 
 /// Runs `datahelix index`.
 pub fn run(args: IndexArgs) -> Result<i32, CliError> {
-    let opts =
-        BuildOptions { workers: args.workers, progress: !args.json || args.out.is_some(), force: args.force };
+    let opts = BuildOptions {
+        workers: args.workers,
+        progress: !args.json || args.out.is_some(),
+        force: args.force,
+        index_dir: args.index_dir.clone(),
+    };
     let report = build(&args.dir, &opts).map_err(|e| CliError::usage(e.to_string()))?;
     for e in &report.manifest_errors {
         eprintln!("index: {e}");
     }
     let records = if args.records {
-        let index = Index::open(&args.dir).map_err(|e| CliError::usage(e.to_string()))?;
+        let index = Index::open_in(&args.dir, args.index_dir.as_deref())
+            .map_err(|e| CliError::usage(e.to_string()))?;
         let mut out = Vec::with_capacity(index.len());
         for i in 0..index.len() {
             let d = index.get(i).map_err(|e| CliError::usage(e.to_string()))?;
@@ -106,7 +115,7 @@ pub fn run(args: IndexArgs) -> Result<i32, CliError> {
             report.probed, report.seconds, report.reused
         );
         println!("index     {}", report.path.display());
-        if let Ok(index) = Index::open(&args.dir) {
+        if let Ok(index) = Index::open_in(&args.dir, args.index_dir.as_deref()) {
             print_breakdown(&index);
         }
     }

@@ -23,6 +23,10 @@ pub struct SimArgs {
     /// An indexed dataset folder: simulate a `datahelix train` run on it (validation).
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// The folder of the dataset's index, when it cannot live in the dataset folder (read-only
+    /// storage); default: `DATAHELIX_INDEX_DIR`, else the dataset's .datahelix.
+    #[arg(long)]
+    pub index_dir: Option<PathBuf>,
     /// Ranks (workloads: the global batch scales with them; suite default 8).
     #[arg(long)]
     pub ranks: Option<usize>,
@@ -208,6 +212,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
         let mut out = serde_json::Map::new();
         for &p in &pols {
             let run = DataRun {
+                index_dir: args.index_dir.clone(),
                 links: links.clone(),
                 policy: p,
                 ranks,

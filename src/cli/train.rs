@@ -25,6 +25,10 @@ pub struct TrainArgs {
     /// The dataset folder (indexed with `datahelix index`).
     #[arg(long)]
     pub data: PathBuf,
+    /// The folder of the dataset's index, when it cannot live in the dataset folder (read-only
+    /// storage); default: `DATAHELIX_INDEX_DIR`, else DIR/.datahelix.
+    #[arg(long)]
+    pub index_dir: Option<PathBuf>,
     /// rank-local, actor-pool, post-balance, helix-batching, helix-placement or helix.
     #[arg(long, default_value = "helix")]
     pub policy: Policy,
@@ -164,6 +168,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
     };
     let mut cfg = LoaderConfig::new(args.data.clone());
+    cfg.index_dir = args.index_dir.clone();
     cfg.policy = args.policy;
     cfg.global_batch = args.global_batch;
     cfg.workers = args.workers;

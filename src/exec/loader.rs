@@ -72,6 +72,9 @@ pub use crate::step::Counters;
 pub struct LoaderConfig {
     /// The dataset folder (indexed).
     pub data: PathBuf,
+    /// The folder of its index when it is not inside the dataset ([`crate::index::index_file`]:
+    /// a dataset on read-only storage); `None`: `DATAHELIX_INDEX_DIR`, else the dataset's own.
+    pub index_dir: Option<PathBuf>,
     /// The policy.
     pub policy: Policy,
     /// Samples per global batch.
@@ -135,6 +138,7 @@ impl LoaderConfig {
     pub fn new(data: PathBuf) -> LoaderConfig {
         LoaderConfig {
             data,
+            index_dir: None,
             policy: Policy::Helix,
             global_batch: 16,
             workers: 4,
@@ -347,7 +351,7 @@ struct OpenedDataset {
 impl Loader<'_> {
     /// Opens the index and checks the configuration and the state to resume, if any.
     fn open_dataset(cfg: &LoaderConfig, resume: Option<&LoaderState>) -> Result<OpenedDataset, ExecError> {
-        let index = Index::open(&cfg.data)?;
+        let index = Index::open_in(&cfg.data, cfg.index_dir.as_deref())?;
         if cfg.global_batch == 0 || cfg.workers == 0 || cfg.lookahead == 0 {
             return Err(ExecError::Invalid("global batch, workers and lookahead must be at least 1".into()));
         }
@@ -388,6 +392,58 @@ impl Loader<'_> {
         }
         Ok(OpenedDataset { index, ids, dataset, index_sha256, first_step })
     }
+}
+
+/// Re-probes the files that changed since the dataset was indexed (size or modification time:
+/// a dataset copied or touched after `datahelix index`), so that they are decoded instead of
+/// skipped at every epoch. **Collective**: an all-reduce of "some file changed here", then, if
+/// any rank saw one, a barrier between rank 0's rebuild (which serves every rank sharing its
+/// storage) and the rebuilds of ranks whose own copy is still stale. The fingerprint that
+/// follows checks that every rank ended with the same index. A rebuild that fails (a read-only
+/// dataset folder) is reported and the changed files are skipped, with their reason, as before.
+fn reprobe_changed_files(
+    world: &dyn Collective,
+    dir: &std::path::Path,
+    index_dir: Option<&std::path::Path>,
+) -> Result<(), ExecError> {
+    let changed = || crate::index::writer::changed_since_indexing(dir, index_dir).unwrap_or(0);
+    let mut any = [changed() as u64];
+    world.all_reduce_u64(&mut any, crate::collective::ReduceOp::Max)?;
+    if any[0] == 0 {
+        return Ok(());
+    }
+    let rebuild = |n: usize| {
+        if n == 0 {
+            return;
+        }
+        tracing::warn!(
+            target: "datahelix::exec",
+            "rank {}: {n} files of {} changed since indexing (size or modification time); re-probing them",
+            world.rank(),
+            dir.display()
+        );
+        let opts = crate::index::BuildOptions {
+            progress: false,
+            index_dir: index_dir.map(Into::into),
+            ..Default::default()
+        };
+        if let Err(e) = crate::index::build(dir, &opts) {
+            tracing::warn!(
+                target: "datahelix::exec",
+                "rank {}: cannot re-index {}: {e}; the changed files will be skipped",
+                world.rank(),
+                dir.display()
+            );
+        }
+    };
+    if world.rank() == 0 {
+        rebuild(changed());
+    }
+    world.barrier()?;
+    if world.rank() != 0 {
+        rebuild(changed());
+    }
+    Ok(())
 }
 
 fn workers_of(rank: usize, ranks: usize, total: usize) -> u32 {
@@ -452,6 +508,7 @@ impl<'w> Loader<'w> {
         resume: Option<&LoaderState>,
     ) -> Result<Loader<'w>, ExecError> {
         let rank = world.get().rank();
+        reprobe_changed_files(world.get(), &cfg.data, cfg.index_dir.as_deref())?;
         // Every rank reaches the fingerprint's all-gather, also one whose dataset or state is
         // unusable: the others then stop at once too, instead of waiting for it in a collective.
         let opened = Self::open_dataset(&cfg, resume);

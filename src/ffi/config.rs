@@ -24,6 +24,7 @@ pub struct dh_config {
 /// The keys of `dh_config_set` and of configuration files.
 pub(crate) const KEYS: &[&str] = &[
     "data",
+    "index_dir",
     "policy",
     "global_batch",
     "workers",
@@ -96,6 +97,7 @@ impl dh_config {
                 }
                 l.data = PathBuf::from(value);
             }
+            "index_dir" => l.index_dir = (!value.is_empty()).then(|| PathBuf::from(value)),
             "policy" => l.policy = value.trim().parse().map_err(|e: String| invalid(key, value, &e))?,
             "global_batch" => l.global_batch = num(key, value, "expected a positive integer")?,
             "workers" => l.workers = num(key, value, "expected a positive integer")?,
@@ -239,7 +241,8 @@ pub extern "C" fn dh_config_from_file(path: *const c_char, config_out: *mut *mut
 }
 
 /// Sets one key from its text form. Keys: `data` (dataset folder, indexed with `datahelix
-/// index`), `policy` (`helix`, `rank-local`, `actor-pool`, `post-balance`, `helix-batching`,
+/// index`), `index_dir` (the folder of its index when not inside the dataset, as `datahelix
+/// index --index-dir`; default `DATAHELIX_INDEX_DIR`, else the dataset's `.datahelix/`), `policy` (`helix`, `rank-local`, `actor-pool`, `post-balance`, `helix-batching`,
 /// `helix-placement`), `global_batch`, `workers` (decode workers across all ranks), `seed`,
 /// `steps` (steps the run takes; `dh_loader_next` returns `DH_END` after them; default: no
 /// limit), `warmup` (first steps left out of `dh_loader_metrics`), `lookahead`, `budget_mib`,

@@ -229,7 +229,7 @@ fn open_loader(config: &dh_config, comm: Option<CallerComm>) -> Result<dh_loader
     // goes on to the loader's fingerprint all-gather, where one rank's missing dataset stops all
     // of them at once (checked here, it would leave the others waiting for it until the watchdog).
     if comm.is_none() && !comm::launched_by_mpi() {
-        crate::index::Index::open(&cfg.data)
+        crate::index::Index::open_in(&cfg.data, cfg.index_dir.as_deref())
             .map_err(|e| Error::new(dh_result::DH_INDEX, format!("{}: {e}", cfg.data.display())))?;
     }
     let timeout_ms = config.comm.timeout.as_millis().min(u64::MAX as u128) as u64;

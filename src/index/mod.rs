@@ -38,6 +38,31 @@ pub use writer::{build, BuildOptions, BuildReport};
 /// Where the index lives inside a dataset folder.
 pub const INDEX_PATH: &str = ".datahelix/index";
 
+/// The environment variable naming an index folder for every command ([`index_file`]).
+pub const INDEX_DIR_ENV: &str = "DATAHELIX_INDEX_DIR";
+
+/// Where the index of dataset `dir` lives: `INDEX_DIR/index` for an index folder given
+/// (`--index-dir`, `index_dir`), else in `DATAHELIX_INDEX_DIR`, else `DIR/.datahelix/index` —
+/// an index folder lets a dataset on read-only storage be indexed elsewhere. An index folder
+/// holds one dataset's index: give each dataset its own.
+///
+/// ```
+/// use std::path::Path;
+/// use datahelix::index::index_file;
+///
+/// let inside = index_file(Path::new("/data/clips"), None);
+/// assert!(inside.ends_with(".datahelix/index") || std::env::var_os("DATAHELIX_INDEX_DIR").is_some());
+/// let elsewhere = index_file(Path::new("/data/clips"), Some(Path::new("/scratch/clips-index")));
+/// assert_eq!(elsewhere, Path::new("/scratch/clips-index/index"));
+/// ```
+pub fn index_file(dir: &Path, index_dir: Option<&Path>) -> PathBuf {
+    let from_env = || std::env::var_os(INDEX_DIR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
+    match index_dir.map(Path::to_path_buf).or_else(from_env) {
+        Some(folder) => folder.join("index"),
+        None => dir.join(INDEX_PATH),
+    }
+}
+
 /// Why an index could not be opened or read.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -115,9 +140,15 @@ pub(crate) fn sha256_file(path: &Path) -> std::io::Result<[u8; 32]> {
 }
 
 impl Index {
-    /// Opens `DIR/.datahelix/index` and checks that `DIR/manifest.jsonl` has not changed since.
+    /// Opens `DIR/.datahelix/index` (or the index `DATAHELIX_INDEX_DIR` names: [`index_file`])
+    /// and checks that `DIR/manifest.jsonl` has not changed since.
     pub fn open(dir: &Path) -> Result<Index, IndexError> {
-        let index = Index::open_file(&dir.join(INDEX_PATH))?.with_dir(dir);
+        Index::open_in(dir, None)
+    }
+
+    /// [`Index::open`] of the index in `index_dir` when given ([`index_file`]).
+    pub fn open_in(dir: &Path, index_dir: Option<&Path>) -> Result<Index, IndexError> {
+        let index = Index::open_file(&index_file(dir, index_dir))?.with_dir(dir);
         let manifest = dir.join(MANIFEST_FILE);
         let stale = || IndexError::Stale { manifest: manifest.clone(), dir: dir.to_path_buf() };
         let (len, mtime) = crate::probe::stat(&manifest).map_err(|_| stale())?;

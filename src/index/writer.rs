@@ -20,7 +20,7 @@ use rayon::prelude::*;
 use sha2::Digest;
 
 use super::format::{Header, ID_ENTRY_BYTES};
-use super::{Index, INDEX_PATH};
+use super::Index;
 use crate::descriptor::record::{self, PathRef, RECORD_BYTES};
 use crate::descriptor::{Descriptor, Status};
 use crate::manifest::{self, Entry, LineError, MANIFEST_FILE};
@@ -35,11 +35,14 @@ pub struct BuildOptions {
     pub progress: bool,
     /// Re-probe every file, ignoring an existing index.
     pub force: bool,
+    /// Where to write the index ([`super::index_file`]); `None`: `DATAHELIX_INDEX_DIR`, else
+    /// inside the dataset folder.
+    pub index_dir: Option<PathBuf>,
 }
 
 impl Default for BuildOptions {
     fn default() -> Self {
-        BuildOptions { workers: 0, progress: true, force: false }
+        BuildOptions { workers: 0, progress: true, force: false, index_dir: None }
     }
 }
 
@@ -79,7 +82,7 @@ pub enum BuildError {
         source: std::io::Error,
     },
     /// The index could not be written.
-    #[error("cannot write the index at {path}: {source}; check that the dataset folder is writable")]
+    #[error("cannot write the index at {path}: {source}; check that the folder is writable, or index a read-only dataset elsewhere (--index-dir FOLDER, or DATAHELIX_INDEX_DIR=FOLDER)")]
     Write {
         /// The index path.
         path: PathBuf,
@@ -106,7 +109,8 @@ pub fn build(dir: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError>
         .map_err(|s| manifest_err(std::io::Error::other(format!("manifest is {s}"))))?;
     let manifest = manifest::parse(&manifest_bytes);
 
-    let previous = if opts.force { HashMap::new() } else { previous_descriptors(dir) };
+    let index_path = super::index_file(dir, opts.index_dir.as_deref());
+    let previous = if opts.force { HashMap::new() } else { previous_descriptors(&index_path) };
     let mut seen = HashSet::with_capacity(manifest.entries.len());
     let duplicate: Vec<bool> = manifest.entries.iter().map(|e| !seen.insert(e.id)).collect();
 
@@ -141,7 +145,6 @@ pub fn build(dir: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError>
     let paths: Vec<&str> = manifest.entries.iter().map(|e| e.path.as_str()).collect();
     let manifest_sha256: [u8; 32] = sha2::Sha256::digest(&manifest_bytes).into();
     let bytes = encode_index(&descriptors, &paths, manifest_len, manifest_mtime, manifest_sha256);
-    let index_path = dir.join(INDEX_PATH);
     write_atomically(&index_path, &bytes)
         .map_err(|source| BuildError::Write { path: index_path.clone(), source })?;
 
@@ -165,9 +168,9 @@ pub fn build(dir: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError>
     Ok(report)
 }
 
-/// Descriptors of the previous index keyed by (id, path), when one can be read.
-fn previous_descriptors(dir: &Path) -> HashMap<(u64, String), Descriptor> {
-    let Ok(old) = Index::open_file(&dir.join(INDEX_PATH)) else { return HashMap::new() };
+/// Descriptors of the previous index at `index_path` keyed by (id, path), when one can be read.
+fn previous_descriptors(index_path: &Path) -> HashMap<(u64, String), Descriptor> {
+    let Ok(old) = Index::open_file(index_path) else { return HashMap::new() };
     (0..old.len())
         .filter_map(|i| Some(((old.get(i).ok()?.id, old.path(i).ok()?.to_owned()), old.get(i).ok()?)))
         .collect()
@@ -176,17 +179,46 @@ fn previous_descriptors(dir: &Path) -> HashMap<(u64, String), Descriptor> {
 /// The previous descriptor of `e`, when its file's size and mtime are unchanged.
 fn reusable(previous: &HashMap<(u64, String), Descriptor>, dir: &Path, e: &Entry) -> Option<Descriptor> {
     let old = previous.get(&(e.id, e.path.clone()))?;
+    let root = std::fs::canonicalize(dir).ok()?;
+    unchanged(&root, &e.path, old).then(|| Descriptor {
+        text_tokens: e.text_tokens,
+        manifest_line: e.line,
+        ..*old
+    })
+}
+
+/// Whether the file of `old` (at `path` beneath `root`, canonical) still has the size and
+/// modification time it was indexed with. Descriptors that are always re-probed (no file, a
+/// bad path, a duplicate id, unreadable) never count as unchanged.
+fn unchanged(root: &Path, path: &str, old: &Descriptor) -> bool {
     if old.bytes == 0 || matches!(old.status, Status::DuplicateId | Status::BadPath | Status::Unreadable) {
-        return None;
+        return false;
     }
     // The path is resolved again: a link swapped to a file outside the folder is re-probed
     // (and refused), even when the file it now leads to has the same size and time.
-    let root = std::fs::canonicalize(dir).ok()?;
-    let (bytes, mtime_ns) = probe::stat(&probe::resolve_beneath(&root, &e.path).ok()?).ok()?;
-    if (bytes, mtime_ns) != (old.bytes, old.mtime_ns) {
-        return None;
+    let Ok(file) = probe::resolve_beneath(root, path) else { return false };
+    probe::stat(&file).is_ok_and(|(bytes, mtime_ns)| (bytes, mtime_ns) == (old.bytes, old.mtime_ns))
+}
+
+/// How many files of `dir`'s index changed since indexing (size or modification time, or
+/// gone): what a rebuild ([`build`]) would re-probe. The loader asks at open and re-probes them
+/// instead of skipping them at every epoch (a dataset copied with new modification times).
+pub fn changed_since_indexing(
+    dir: &Path,
+    index_dir: Option<&Path>,
+) -> Result<usize, crate::index::IndexError> {
+    let index = Index::open_in(dir, index_dir)?;
+    let Ok(root) = std::fs::canonicalize(dir) else { return Ok(0) };
+    let mut changed = 0;
+    for i in 0..index.len() {
+        let d = index.get(i)?;
+        let always_probed =
+            d.bytes == 0 || matches!(d.status, Status::DuplicateId | Status::BadPath | Status::Unreadable);
+        if !always_probed && !unchanged(&root, index.path(i)?, &d) {
+            changed += 1;
+        }
     }
-    Some(Descriptor { text_tokens: e.text_tokens, manifest_line: e.line, ..*old })
+    Ok(changed)
 }
 
 /// The index file's bytes for these descriptors and paths (same order).

@@ -380,6 +380,8 @@ pub fn suite_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, String> {
 /// divides them, the loader's default transfer model and links of one machine.
 #[derive(Clone, Debug)]
 pub struct DataRun {
+    /// The folder of the dataset's index, when not inside it ([`crate::index::index_file`]).
+    pub index_dir: Option<std::path::PathBuf>,
     /// Policy.
     pub policy: Policy,
     /// Ranks.
@@ -414,7 +416,7 @@ pub struct DataRun {
 
 /// Simulates a `datahelix train` run on an indexed dataset folder.
 pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, String> {
-    let index = Index::open(dir).map_err(|e| e.to_string())?;
+    let index = Index::open_in(dir, run.index_dir.as_deref()).map_err(|e| e.to_string())?;
     let params = Params::default();
     let mut descriptors = Vec::with_capacity(index.len());
     for i in 0..index.len() {

@@ -383,8 +383,8 @@ impl Agreed {
         let more = failed.saturating_sub(shown.len() as u64);
         Err(format!(
             "{failed} of the {planned} samples planned so far failed (bad in the index, or their decode: each decoding \
-             rank's log says why), more than --max-skip-rate {rate}: ids {}{}; fix or remove them, re-run \
-             `datahelix index` (a copied dataset has new modification times), or raise max_skip_rate",
+             rank's log says why), more than --max-skip-rate {rate}: ids {}{}; fix or remove them and re-run \
+             `datahelix index`, or raise max_skip_rate",
             shown.join(", "),
             if more > 0 { format!(" and {more} more") } else { String::new() }
         ))

@@ -46,6 +46,10 @@
 //! only when the plan puts a tensor between them that is not yet across (both sides know that
 //! from the plan and from their earlier exchanges); every rank still enters it.
 //!
+//! Opening a loader (before any step) issues: an all-reduce of "a file changed since indexing
+//! here", then — only if some rank saw one — a barrier around rank 0's re-probe of those files;
+//! then the fingerprint's all-gather of the job's facts.
+//!
 //! So when a call returns, this rank owes its peers nothing for it: every exchange of the call is
 //! complete on both sides, and no later call of another rank waits for one of this rank's. A
 //! caller may run its own collectives between any two calls.
