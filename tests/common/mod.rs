@@ -40,6 +40,7 @@ pub fn run_limited(cmd: &mut Command, limit: std::time::Duration) -> Output {
             break status;
         }
         if started.elapsed() > limit {
+            let alive = processes_in_group(child.id());
             // SAFETY: kill() only sends a signal; a negative pid names our child's process group.
             unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             let _ = child.wait();
@@ -50,11 +51,28 @@ pub fn run_limited(cmd: &mut Command, limit: std::time::Duration) -> Output {
                 String::from_utf8_lossy(&r.recv_timeout(grace).unwrap_or_default()).into_owned()
             };
             let (out, err) = (text(out), text(err));
-            panic!("{cmd:?} ran past {limit:?} and was killed\n--- stdout\n{out}\n--- stderr\n{err}");
+            panic!(
+                "{cmd:?} ran past {limit:?} and was killed\n--- processes still running then (which \
+                 one hung: the launcher or a rank, and in what kernel wait)\n{alive}\n--- stdout\n{out}\n\
+                 --- stderr\n{err}"
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     Output { status, stdout: out.recv().unwrap_or_default(), stderr: err.recv().unwrap_or_default() }
+}
+
+/// The `ps` lines of the processes of process group `pgid`.
+fn processes_in_group(pgid: u32) -> String {
+    let Ok(out) = Command::new("ps").args(["-eo", "pid,pgid,stat,etime,wchan:24,args"]).output() else {
+        return "(ps could not run)".into();
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let header = lines.next().unwrap_or_default().to_owned();
+    let group = pgid.to_string();
+    let members = lines.filter(|l| l.split_whitespace().nth(1) == Some(group.as_str()));
+    std::iter::once(header).chain(members.map(str::to_owned)).collect::<Vec<_>>().join("\n")
 }
 
 /// Reads a pipe to its end on a thread of its own; the bytes arrive on the returned channel.

@@ -240,9 +240,23 @@ pub fn is_active() -> bool {
     mpi::environment::is_initialized() && !mpi::environment::is_finalized()
 }
 
+/// How long [`abort`] lets `MPI_Abort` end the process before ending it itself.
+const ABORT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Ends every process of the job with `code` (`MPI_Abort` on the world communicator).
+///
+/// `MPI_Abort` need not return, and need not end this process promptly either: seen here once
+/// under load, a job in which one rank called it while its peer exited at the same moment
+/// never ended (CI's `a_rank_failing_before_its_loader_ends_the_job_not_hangs`). So a thread
+/// ends this process with `code` after [`ABORT_GRACE`] whatever MPI does; the launcher then sees
+/// a rank exit with an error and ends the others.
 pub fn abort(code: i32) -> ! {
     if is_active() {
+        std::thread::spawn(move || {
+            std::thread::sleep(ABORT_GRACE);
+            // SAFETY: _exit ends the process at once; nothing of this process runs after it.
+            unsafe { libc::_exit(code) };
+        });
         // SAFETY: MPI is initialised; MPI_Abort takes a valid communicator and an int.
         unsafe { ffi::MPI_Abort(world(), code) };
     }
