@@ -218,7 +218,8 @@ fn picture_bytes(pix_fmt: i32, w: usize, h: usize) -> usize {
 
 /// Reference pictures a decoder of `codec` may keep for pictures of `w` × `h` at `level` (the
 /// header's, `-99` when unknown): H.264's from its level's limit on the decoded picture buffer
-/// (MaxDpbMbs, Table A-1), the others' from their specifications' reference counts.
+/// (MaxDpbMbs, Table A-1), HEVC's from its level's MaxLumaPs (A.4.2), the others' from their
+/// specifications' reference counts.
 pub fn pictures_held(codec: ffmpeg_sys_next::AVCodecID, level: i32, w: usize, h: usize) -> u32 {
     use ffmpeg_sys_next::AVCodecID::*;
     match codec {
@@ -240,6 +241,31 @@ pub fn pictures_held(codec: ffmpeg_sys_next::AVCodecID, level: i32, w: usize, h:
             };
             let mbs = w.div_ceil(16).max(1) * h.div_ceil(16).max(1);
             (max_dpb_mbs / mbs).clamp(1, 16) as u32
+        }
+        AV_CODEC_ID_HEVC => {
+            // general_level_idc is 30 × the level; MaxLumaPs of Table A.8, and the decoded
+            // picture buffer's size for a picture of w × h (A.4.2: maxDpbPicBuf = 6).
+            let max_luma_ps: usize = match level {
+                30 => 36_864,
+                60 => 122_880,
+                63 => 245_760,
+                90 => 552_960,
+                93 => 983_040,
+                120 | 123 => 2_228_224,
+                150 | 153 | 156 => 8_912_896,
+                180 | 183 | 186 => 35_651_584,
+                _ => return 16,
+            };
+            let luma = w.max(1) * h.max(1);
+            if luma <= max_luma_ps >> 2 {
+                16
+            } else if luma <= max_luma_ps >> 1 {
+                12
+            } else if luma <= (3 * max_luma_ps) >> 2 {
+                8
+            } else {
+                6
+            }
         }
         AV_CODEC_ID_MPEG4 | AV_CODEC_ID_MPEG2VIDEO | AV_CODEC_ID_MPEG1VIDEO => 2,
         AV_CODEC_ID_VP8 => 3,
@@ -708,5 +734,25 @@ impl Decoder {
             timestamps_s: timestamps,
             stats: self.stats,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pictures_held;
+    use ffmpeg_sys_next::AVCodecID::*;
+
+    #[test]
+    fn reference_pictures_follow_each_codecs_level_limits() {
+        // H.264 level 4.0: MaxDpbMbs 32 768 over 120 × 68 macroblocks of 1080p.
+        assert_eq!(pictures_held(AV_CODEC_ID_H264, 40, 1920, 1080), 4);
+        // HEVC level 4 (general_level_idc 120): 1080p fills more than 3/4 of MaxLumaPs,
+        // 960 × 540 at most a quarter of it.
+        assert_eq!(pictures_held(AV_CODEC_ID_HEVC, 120, 1920, 1080), 6);
+        assert_eq!(pictures_held(AV_CODEC_ID_HEVC, 120, 960, 540), 16);
+        assert_eq!(pictures_held(AV_CODEC_ID_HEVC, 120, 1280, 720), 12);
+        // Unknown levels assume the most any level allows.
+        assert_eq!(pictures_held(AV_CODEC_ID_HEVC, -99, 64, 64), 16);
+        assert_eq!(pictures_held(AV_CODEC_ID_AV1, -99, 1920, 1080), 8);
     }
 }

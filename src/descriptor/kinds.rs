@@ -80,11 +80,11 @@ byte_enum! {
         Jpeg = 3 => "jpeg",
         /// PNG.
         Png = 4 => "png",
-        /// H.265 / HEVC (probed, not in the protocol's decode set).
+        /// H.265 / HEVC.
         Hevc = 5 => "hevc",
-        /// VP9 (probed, not in the protocol's decode set).
+        /// VP9.
         Vp9 = 6 => "vp9",
-        /// AV1 (probed, not in the protocol's decode set).
+        /// AV1 (decoded by the FFmpeg build's AV1 decoder, dav1d in Debian's).
         Av1 = 7 => "av1",
         /// Any other codec.
         Other = 255 => "other",
@@ -92,9 +92,14 @@ byte_enum! {
 }
 
 impl Codec {
-    /// Whether the protocol's loaders decode this codec (`../shared/bench/PROTOCOL.md`, "Dataset").
+    /// Whether DataHelix decodes this codec: the protocol's set (`../shared/bench/PROTOCOL.md`,
+    /// "Dataset": H.264, MPEG-4 Part 2, JPEG, PNG) and the codecs public video datasets ship in
+    /// (HEVC, VP9, AV1), each with its own decode-cost model.
     pub fn is_supported(self) -> bool {
-        matches!(self, Codec::H264 | Codec::Mpeg4 | Codec::Jpeg | Codec::Png)
+        matches!(
+            self,
+            Codec::H264 | Codec::Mpeg4 | Codec::Jpeg | Codec::Png | Codec::Hevc | Codec::Vp9 | Codec::Av1
+        )
     }
 }
 
@@ -133,7 +138,7 @@ byte_enum! {
         Truncated = 5 => "truncated",
         /// The container is recognised but its header is damaged.
         Corrupt = 6 => "corrupt",
-        /// A codec the protocol's loaders do not decode.
+        /// A codec DataHelix does not decode (MPEG-2, VP8, ...: [`Codec::is_supported`]).
         UnsupportedCodec = 7 => "unsupported_codec",
         /// A container without any video stream.
         NoVideoStream = 8 => "no_video_stream",

@@ -148,6 +148,34 @@ pub fn ffmpeg_args(c: &Component, s: &PlannedSample, out: &Path) -> Vec<String> 
                 "-crf",
                 &c.quality.unwrap_or(23).to_string(),
             ]),
+            // Fast presets: a generated dataset is for decode cost, not for compression.
+            "hevc" => push(&[
+                "-c:v",
+                "libx265",
+                "-preset",
+                "veryfast",
+                "-crf",
+                &c.quality.unwrap_or(28).to_string(),
+                "-x265-params",
+                "log-level=error:pools=1:frame-threads=1",
+                "-tag:v",
+                "hvc1",
+            ]),
+            "vp9" => push(&[
+                "-c:v",
+                "libvpx-vp9",
+                "-deadline",
+                "realtime",
+                "-cpu-used",
+                "8",
+                "-b:v",
+                "0",
+                "-crf",
+                &c.quality.unwrap_or(36).to_string(),
+            ]),
+            "av1" => {
+                push(&["-c:v", "libsvtav1", "-preset", "12", "-crf", &c.quality.unwrap_or(40).to_string()])
+            }
             _ => push(&["-c:v", "mpeg4", "-q:v", &c.quality.unwrap_or(5).to_string()]),
         }
         if let Some(g) = c.gop {
@@ -201,7 +229,8 @@ pub fn generate(spec: &Spec, out: &Path, opts: &GenOptions) -> Result<GenReport,
         samples.par_iter().try_for_each(|s| {
             let c = &spec.components[s.component];
             let path = out.join(&s.path);
-            let result = Command::new(&ffmpeg).args(ffmpeg_args(c, s, &path)).output();
+            // SVT-AV1 logs its configuration to stderr unless told to keep to errors.
+            let result = Command::new(&ffmpeg).args(ffmpeg_args(c, s, &path)).env("SVT_LOG", "1").output();
             match result {
                 Ok(o) if o.status.success() => Ok(()),
                 Ok(o) => Err(format!(

@@ -42,9 +42,9 @@ pub struct Component {
     pub weight: f64,
     /// `video` or `image`.
     pub modality: String,
-    /// `h264` or `mpeg4` for video; `jpeg` or `png` for images.
+    /// `h264`, `mpeg4`, `hevc`, `vp9` or `av1` for video; `jpeg` or `png` for images.
     pub codec: String,
-    /// `mp4` or `mkv` for video (ignored for images).
+    /// `mp4` or `mkv` for video, or `webm` for vp9 and av1 (ignored for images).
     #[serde(default)]
     pub container: Option<String>,
     /// Frame sizes to choose from.
@@ -60,7 +60,8 @@ pub struct Component {
     pub gop: Option<u32>,
     /// `testsrc` (smooth test pattern), `fractal` (Mandelbrot zoom) or `noise` (high bit rate).
     pub content: String,
-    /// Encoder quality: x264 CRF for h264, qscale for mpeg4 and jpeg (default: 23 / 5 / 3).
+    /// Encoder quality: CRF for h264 (x264, default 23), hevc (x265, 28), vp9 (libvpx, 36) and
+    /// av1 (SVT-AV1, 40); qscale for mpeg4 (5) and jpeg (3).
     #[serde(default)]
     pub quality: Option<u32>,
     /// Text tokens distribution.
@@ -140,9 +141,12 @@ impl Spec {
                 return bad("weight must be positive");
             }
             match (c.modality.as_str(), c.codec.as_str()) {
-                ("video", "h264" | "mpeg4") => {
-                    if !matches!(c.container.as_deref(), Some("mp4" | "mkv")) {
-                        return bad("video needs container mp4 or mkv");
+                ("video", "h264" | "mpeg4" | "hevc" | "vp9" | "av1") => {
+                    match (c.codec.as_str(), c.container.as_deref()) {
+                        ("vp9" | "av1", Some("mp4" | "mkv" | "webm")) | (_, Some("mp4" | "mkv")) => {}
+                        ("vp9" | "av1", _) => return bad("video needs container mp4, mkv or webm"),
+                        (_, Some("webm")) => return bad("webm holds only vp9 or av1 video"),
+                        _ => return bad("video needs container mp4 or mkv"),
                     }
                     if c.fps.is_empty() || c.fps.iter().any(|f| !(f.value > 0.0 && f.weight > 0.0)) {
                         return bad("video needs fps choices with positive values and weights");

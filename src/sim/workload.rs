@@ -250,7 +250,7 @@ pub struct Component {
     pub weight: f64,
     /// `video` or `image`.
     pub modality: String,
-    /// `h264`, `mpeg4` (video); `jpeg`, `png` (image) — the calibrated codecs.
+    /// `h264`, `mpeg4`, `hevc`, `vp9`, `av1` (video); `jpeg`, `png` (image) — the decoded codecs.
     pub codec: String,
     /// Frame sizes.
     pub resolutions: Vec<Weighted<[u32; 2]>>,
@@ -450,7 +450,7 @@ impl Workload {
                 return bad("weight must be positive");
             }
             match (c.modality.as_str(), c.codec.as_str()) {
-                ("video", "h264" | "mpeg4") => {
+                ("video", "h264" | "mpeg4" | "hevc" | "vp9" | "av1") => {
                     if c.fps.is_empty() || c.fps.iter().any(|f| !(f.value > 0.0 && f.weight > 0.0)) {
                         return bad("fps: video needs choices with positive values and weights");
                     }
@@ -469,7 +469,7 @@ impl Workload {
                 },
                 (m, k) => {
                     return bad(&format!(
-                        "modality/codec {m}/{k}: one of video/h264, video/mpeg4, image/jpeg, image/png (the calibrated codecs)"
+                        "modality/codec {m}/{k}: one of video/h264, video/mpeg4, video/hevc, video/vp9, video/av1, image/jpeg, image/png (the decoded codecs)"
                     ))
                 }
             }
@@ -514,7 +514,7 @@ impl Workload {
                 let fps_den = 1000u32;
                 let fps_num = (fps * fps_den as f64).round().max(1.0) as u32;
                 desc.modality = Modality::Video;
-                desc.codec = if c.codec == "h264" { Codec::H264 } else { Codec::Mpeg4 };
+                desc.codec = Codec::from_name(&c.codec).unwrap_or(Codec::H264);
                 desc.container = Container::Mp4;
                 desc.fps_num = fps_num;
                 desc.fps_den = fps_den;
@@ -589,8 +589,8 @@ text_tokens = { median = 64, sigma = 0.3, min = 1, max = 512 }
     fn bad_files_name_the_field() {
         let e = Workload::parse(&BASE.replace("ranks = 2", "ranks = 0"), "x.toml").unwrap_err();
         assert!(e.contains("x.toml") && e.contains("run.ranks"), "{e}");
-        let e = Workload::parse(&BASE.replace("codec = \"h264\"", "codec = \"av1\""), "x.toml").unwrap_err();
-        assert!(e.contains("components[0]") && e.contains("av1"), "{e}");
+        let e = Workload::parse(&BASE.replace("codec = \"h264\"", "codec = \"vp8\""), "x.toml").unwrap_err();
+        assert!(e.contains("components[0]") && e.contains("vp8"), "{e}");
         let e = Workload::parse(&BASE.replace("bit_rate_mbps", "bitrate"), "x.toml").unwrap_err();
         assert!(e.contains("x.toml") && e.contains("bitrate"), "{e}");
         let e = Workload::parse("name = 3", "y.toml").unwrap_err();

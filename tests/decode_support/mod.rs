@@ -38,7 +38,8 @@ pub fn make_image(out: &Path, size: &str, extra: &[&str]) -> PathBuf {
 }
 
 /// A small varied set of files: H.264 in MP4 (short and long GOP, B-frames, odd and large sizes),
-/// MPEG-4 Part 2 in MKV (with B-frames), JPEG and PNG.
+/// MPEG-4 Part 2 in MKV (with B-frames), HEVC in MP4 (B-frames, open GOP: x265's default), VP9
+/// in WebM, AV1 in MKV, JPEG and PNG.
 pub fn media_set(dir: &Path) -> Vec<PathBuf> {
     vec![
         make_clip(&dir.join("h264_320x240.mp4"), "320x240", 24, 3.0, &["-c:v", "libx264", "-g", "48"]),
@@ -59,6 +60,49 @@ pub fn media_set(dir: &Path) -> Vec<PathBuf> {
         make_clip(&dir.join("mpeg4_530.mkv"), "530x530", 25, 2.0, &["-c:v", "mpeg4", "-bf", "2", "-g", "12"]),
         make_clip(&dir.join("mpeg4_176x144.mkv"), "176x144", 15, 4.4, &["-c:v", "mpeg4"]),
         make_clip(&dir.join("h264_odd.mkv"), "211x157", 10, 0.4, &["-c:v", "libx264", "-pix_fmt", "yuv444p"]),
+        make_clip(
+            &dir.join("hevc_530x298.mp4"),
+            "530x298",
+            25,
+            2.0,
+            &[
+                "-c:v",
+                "libx265",
+                "-preset",
+                "veryfast",
+                "-x265-params",
+                "log-level=error:keyint=12:bframes=3",
+                "-tag:v",
+                "hvc1",
+            ],
+        ),
+        make_clip(
+            &dir.join("vp9_320x240.webm"),
+            "320x240",
+            24,
+            2.0,
+            &[
+                "-c:v",
+                "libvpx-vp9",
+                "-deadline",
+                "realtime",
+                "-cpu-used",
+                "8",
+                "-g",
+                "10",
+                "-b:v",
+                "0",
+                "-crf",
+                "36",
+            ],
+        ),
+        make_clip(
+            &dir.join("av1_352x288.mkv"),
+            "352x288",
+            25,
+            2.0,
+            &["-c:v", "libsvtav1", "-preset", "12", "-g", "16"],
+        ),
         make_image(&dir.join("img_641x479.jpg"), "641x479", &[]),
         make_image(&dir.join("img_333x222.png"), "333x222", &["-pix_fmt", "rgba"]),
         make_image(&dir.join("img_20x10.png"), "20x10", &[]),
