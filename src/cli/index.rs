@@ -13,7 +13,7 @@ use crate::index::{build, BuildOptions, Index};
 /// Probe a dataset's files (headers only) and write DIR/.datahelix/index.
 #[derive(Debug, Args)]
 pub struct IndexArgs {
-    /// The dataset folder (holding manifest.jsonl).
+    /// The dataset folder (holding its manifest: manifest.jsonl, manifest.csv or manifest.parquet).
     pub dir: PathBuf,
     /// The folder of the dataset's index, when it cannot live in the dataset folder (read-only
     /// storage); default: `DATAHELIX_INDEX_DIR`, else DIR/.datahelix.

@@ -9,6 +9,7 @@ pub mod compare;
 mod decode;
 mod gen;
 mod index;
+mod manifest;
 pub mod perf;
 mod plan;
 mod sim;
@@ -37,6 +38,8 @@ pub struct Cli {
 pub enum Command {
     /// Write a dataset from a spec (drives the ffmpeg CLI).
     Gen(gen::GenArgs),
+    /// Write a manifest.jsonl for a folder of media that has none.
+    Manifest(manifest::ManifestArgs),
     /// Probe a dataset and write its descriptor index.
     Index(index::IndexArgs),
     /// Collective microbenchmark (nccl-tests shape), run under mpirun.
@@ -76,6 +79,7 @@ pub fn run(cli: Cli) -> i32 {
     let result = match cli.command {
         Command::Gen(args) => gen::run(args),
         Command::Index(args) => index::run(args),
+        Command::Manifest(args) => manifest::run(args),
         Command::Perf(args) => perf::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Train(args) => train::run(args),

@@ -141,7 +141,8 @@ pub(crate) fn sha256_file(path: &Path) -> std::io::Result<[u8; 32]> {
 
 impl Index {
     /// Opens `DIR/.datahelix/index` (or the index `DATAHELIX_INDEX_DIR` names: [`index_file`])
-    /// and checks that `DIR/manifest.jsonl` has not changed since.
+    /// and checks that the dataset's manifest (`manifest.jsonl`, `.csv` or `.parquet`) has not
+    /// changed since.
     pub fn open(dir: &Path) -> Result<Index, IndexError> {
         Index::open_in(dir, None)
     }
@@ -149,7 +150,7 @@ impl Index {
     /// [`Index::open`] of the index in `index_dir` when given ([`index_file`]).
     pub fn open_in(dir: &Path, index_dir: Option<&Path>) -> Result<Index, IndexError> {
         let index = Index::open_file(&index_file(dir, index_dir))?.with_dir(dir);
-        let manifest = dir.join(MANIFEST_FILE);
+        let manifest = crate::manifest::find(dir).map_or_else(|_| dir.join(MANIFEST_FILE), |(path, _)| path);
         let stale = || IndexError::Stale { manifest: manifest.clone(), dir: dir.to_path_buf() };
         let (len, mtime) = crate::probe::stat(&manifest).map_err(|_| stale())?;
         let h = &index.header;

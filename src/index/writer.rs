@@ -23,7 +23,7 @@ use super::format::{Header, ID_ENTRY_BYTES};
 use super::Index;
 use crate::descriptor::record::{self, PathRef, RECORD_BYTES};
 use crate::descriptor::{Descriptor, Status};
-use crate::manifest::{self, Entry, LineError, MANIFEST_FILE};
+use crate::manifest::{self, Entry, LineError};
 use crate::probe;
 
 /// How to build.
@@ -73,13 +73,24 @@ pub struct BuildReport {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BuildError {
-    /// No readable manifest in the folder.
-    #[error("cannot read {path}: {source}; a dataset folder needs a {MANIFEST_FILE} (see PROTOCOL.md, \"Dataset\")")]
+    /// No single manifest in the folder.
+    #[error(transparent)]
+    NoManifest(#[from] manifest::FindError),
+    /// The manifest could not be read.
+    #[error("cannot read {path}: {source}")]
     Manifest {
         /// The manifest path.
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
+    },
+    /// The manifest is not a table of its format at all (no `id` or `path` column, not Parquet).
+    #[error("{path}: {reason}")]
+    ManifestFormat {
+        /// The manifest path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
     },
     /// The index could not be written.
     #[error("cannot write the index at {path}: {source}; check that the folder is writable, or index a read-only dataset elsewhere (--index-dir FOLDER, or DATAHELIX_INDEX_DIR=FOLDER)")]
@@ -99,15 +110,17 @@ pub enum BuildError {
     },
 }
 
-/// Builds (or updates) `dir/.datahelix/index` from `dir/manifest.jsonl`.
+/// Builds (or updates) `dir/.datahelix/index` (or the index of [`BuildOptions::index_dir`])
+/// from the dataset's manifest (`manifest.jsonl`, `.csv` or `.parquet`: [`manifest::find`]).
 pub fn build(dir: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
     let started = Instant::now();
-    let manifest_path = dir.join(MANIFEST_FILE);
+    let (manifest_path, format) = manifest::find(dir)?;
     let manifest_err = |source| BuildError::Manifest { path: manifest_path.clone(), source };
     let manifest_bytes = std::fs::read(&manifest_path).map_err(manifest_err)?;
     let (manifest_len, manifest_mtime) = probe::stat(&manifest_path)
         .map_err(|s| manifest_err(std::io::Error::other(format!("manifest is {s}"))))?;
-    let manifest = manifest::parse(&manifest_bytes);
+    let manifest = manifest::parse_as(format, &manifest_bytes)
+        .map_err(|reason| BuildError::ManifestFormat { path: manifest_path.clone(), reason })?;
 
     let index_path = super::index_file(dir, opts.index_dir.as_deref());
     let previous = if opts.force { HashMap::new() } else { previous_descriptors(&index_path) };
