@@ -42,6 +42,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 h.u64(d as u64);
             }
             h.bytes(&s.data);
+            h.bytes(s.meta.as_bytes());
+            for t in &s.timestamps_s {
+                h.u64(t.to_bits());
+            }
+            assert_eq!(s.timestamps_s.len(), s.shape[0], "sample {}: one time per frame", s.id);
+            println!("meta {step} {rank} {} {}", s.id, s.meta);
         }
         for id in &batch.skipped {
             h.u64(*id);

@@ -26,6 +26,14 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 checks() { python3 python/tests/check_runs.py --data "$work/tiny" --bin "$bin" "$@"; }
 
 "$bin" gen --spec scripts/specs/tiny.json --out "$work/tiny" >/dev/null
+# Captions and labels in the manifest: batches deliver them (Batch.meta, checked by check_runs.py).
+python3 - "$work/tiny/manifest.jsonl" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+with open(sys.argv[1], "w") as f:
+    for r in rows:
+        f.write(json.dumps({**r, "caption": f"clip {r['id']}, \"quoted\"", "label": r["id"] % 7}) + "\n")
+PYEOF
 "$bin" index "$work/tiny" >/dev/null
 
 step "pip install ./python into a fresh virtual environment"

@@ -149,14 +149,52 @@ fn mindspore_op_source_compiles_against_the_header() {
 
 #[test]
 fn c_program_trains_emulated_steps_under_mpirun() {
-    let data = common::tiny_dataset();
+    let captioned = common::captioned_tiny();
+    let data = captioned.path();
     let exe = program("train");
     let o = common::run_limited(
-        mpirun(2).arg(&exe).arg(&data).args(["4", "4"]),
+        mpirun(2).arg(&exe).arg(data).args(["4", "4"]),
         std::time::Duration::from_secs(400),
     );
     let out = check("train", &o);
-    assert_ids(&out, &data, 4, 4, 1, 2);
+    assert_ids(&out, data, 4, 4, 1, 2);
+    // Every delivered sample's metadata (dh_batch_meta): its path, caption and label.
+    let want = common::expected_meta(data);
+    let mut seen = 0;
+    for l in records(&out) {
+        let Some(rest) = l.strip_prefix("meta ") else { continue };
+        let (id, json) = rest.split_once(' ').unwrap();
+        let id: u64 = id.parse().unwrap();
+        let got: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{json}: {e}"));
+        assert_eq!(got, want[&id], "sample {id}");
+        seen += 1;
+    }
+    assert!(seen >= 12, "{seen} metadata lines in\n{out}");
+    // And each frame's time (dh_batch_timestamps), as `datahelix decode` gives it (train.c sets
+    // max_frames 4).
+    let o = common::run(common::datahelix().arg("decode").arg(data).args(["--json", "--max-frames", "4"]));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let decoded: std::collections::HashMap<u64, Vec<f64>> = doc["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let ts = s["timestamps_s"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
+            (s["id"].as_u64().unwrap(), ts)
+        })
+        .collect();
+    let mut timed = 0;
+    for l in records(&out) {
+        let Some(rest) = l.strip_prefix("times ") else { continue };
+        let mut f = rest.split(' ');
+        let id: u64 = f.next().unwrap().parse().unwrap();
+        let got: Vec<f64> = f.map(|t| t.parse().unwrap()).collect();
+        let want = &decoded[&id];
+        assert_eq!(got.len(), want.len(), "sample {id}: {got:?} vs {want:?}");
+        assert!(got.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-9), "sample {id}: {got:?} vs {want:?}");
+        timed += 1;
+    }
+    assert_eq!(timed, seen);
 }
 
 #[test]

@@ -33,8 +33,13 @@ fn clips_and_gops(dir: &Path) -> Vec<(PathBuf, u32)> {
 
 /// The index's descriptor of a file (what the planner splits by).
 fn descriptor(path: &Path) -> Descriptor {
-    let entry =
-        Entry { id: 0, path: path.file_name().unwrap().to_str().unwrap().into(), text_tokens: 0, line: 1 };
+    let entry = Entry {
+        id: 0,
+        path: path.file_name().unwrap().to_str().unwrap().into(),
+        text_tokens: 0,
+        line: 1,
+        extra: None,
+    };
     let d = datahelix::probe::probe(path.parent().unwrap(), &entry);
     assert_eq!(d.status, Status::Ok, "{}: {d:?}", path.display());
     d

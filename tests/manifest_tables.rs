@@ -60,6 +60,34 @@ fn descriptors(dir: &Path) -> Vec<(String, Descriptor)> {
         .collect()
 }
 
+/// `decode --json`'s metadata of the first three samples of the index, by id.
+fn decoded_meta(dir: &Path) -> Vec<(u64, serde_json::Value)> {
+    let index = Index::open(dir).unwrap();
+    let ids: Vec<String> = (0..3).map(|i| index.get(i).unwrap().id.to_string()).collect();
+    let o = common::run(common::datahelix().arg("decode").arg(dir).args(["--json", "--ids", &ids.join(",")]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    doc["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["id"].as_u64().unwrap(), s["meta"].clone()))
+        .collect()
+}
+
+/// What [`decoded_meta`] must give for `TABLES`' rows: path and caption (text_tokens is not
+/// metadata).
+fn caption_meta(dir: &Path) -> Vec<(u64, serde_json::Value)> {
+    let index = Index::open(dir).unwrap();
+    (0..3)
+        .map(|i| {
+            let id = index.get(i).unwrap().id;
+            let caption = format!("clip {id}, \"quoted\"\nsecond line");
+            (id, serde_json::json!({"path": index.path(i).unwrap(), "caption": caption}))
+        })
+        .collect()
+}
+
 fn index(dir: &Path) -> std::process::Output {
     common::run(
         common::datahelix()
@@ -89,6 +117,8 @@ fn csv_and_parquet_manifests_give_the_jsonl_index() {
     let o = index(dir);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(descriptors(dir), reference, "manifest.csv");
+    // The table's other columns are each sample's metadata (decode --json's "meta").
+    assert_eq!(decoded_meta(dir), caption_meta(dir), "manifest.csv");
     let csv_lines: Vec<u32> = {
         let index = Index::open(dir).unwrap();
         (0..index.len()).map(|i| index.get(i).unwrap().manifest_line).collect()
@@ -103,6 +133,7 @@ fn csv_and_parquet_manifests_give_the_jsonl_index() {
         let o = index(dir);
         assert!(o.status.success(), "{table}: {}", String::from_utf8_lossy(&o.stderr));
         assert_eq!(descriptors(dir), reference, "{table}");
+        assert_eq!(decoded_meta(dir), caption_meta(dir), "{table}");
     }
     // A damaged table is this file's error, not a crash.
     let mut bytes = std::fs::read(dir.join("manifest.parquet")).unwrap();

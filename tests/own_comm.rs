@@ -128,4 +128,21 @@ fn a_replica_group_of_2_receives_byte_identical_batches() {
         want.sort_unstable();
         assert_eq!(got, want, "step {step}: the leaders hold the global batch exactly once");
     }
+    // Every rank's samples carry their metadata, the followers' (looked up in their own index)
+    // equal to their leader's (the hash above covers it).
+    let manifest = std::fs::read_to_string(dataset().join("manifest.jsonl")).unwrap();
+    let paths: std::collections::HashMap<u64, String> = manifest
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|r| (r["id"].as_u64().unwrap(), r["path"].as_str().unwrap().to_owned()))
+        .collect();
+    let metas: Vec<&str> = out.lines().filter(|l| l.starts_with("meta ")).collect();
+    assert!(metas.len() >= STEPS as usize * GLOBAL_BATCH, "{} metadata lines in\n{out}", metas.len());
+    for l in metas {
+        let f: Vec<&str> = l.splitn(5, ' ').collect();
+        let id: u64 = f[3].parse().unwrap();
+        let meta: serde_json::Value = serde_json::from_str(f[4]).unwrap();
+        assert_eq!(meta, serde_json::json!({ "path": paths[&id] }), "{l}");
+    }
 }

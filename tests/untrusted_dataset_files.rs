@@ -396,7 +396,7 @@ proptest! {
         let want: Vec<Entry> = lines
             .iter()
             .zip(&numbers)
-            .map(|((l, _, _), &line)| Entry { id: l.id, path: l.path.clone(), text_tokens: l.tokens.unwrap_or(0), line })
+            .map(|((l, _, _), &line)| Entry { id: l.id, path: l.path.clone(), text_tokens: l.tokens.unwrap_or(0), line, extra: None })
             .collect();
         prop_assert_eq!(m.entries, want);
     }
@@ -654,4 +654,36 @@ fn the_parquet_fixture_reads_back() {
         })
         .collect();
     assert_eq!(got, want);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The metadata file beside the index, damaged: refused at open naming the file and what to
+    /// do, or every position answers (text or `None`) without a panic.
+    #[test]
+    fn meta_file_survives_damage(
+        texts in vec("[ -~]{0,40}", 0..12),
+        mutations in vec(mutation(), 1..6),
+    ) {
+        use datahelix::index::meta::{encode, Meta};
+        let mut bytes = encode(&texts, [3; 32]);
+        for m in &mutations {
+            apply(&mut bytes, m);
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("meta");
+        std::fs::write(&path, &bytes).unwrap();
+        match Meta::open(&path, [3; 32], texts.len()) {
+            Ok(meta) => {
+                for i in 0..texts.len() + 2 {
+                    let _ = meta.get(i);
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                prop_assert!(text.contains("meta") && text.contains("datahelix index"), "{}", text);
+            }
+        }
+    }
 }

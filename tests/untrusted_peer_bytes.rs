@@ -42,7 +42,18 @@ fn arb_piece() -> impl Strategy<Value = Piece> {
         .prop_flat_map(|((step, index, part, id, tokens), shape, compressible, fill)| {
             let n: usize = shape.iter().product();
             let data = if compressible { Just(vec![fill; n]).boxed() } else { vec(any::<u8>(), n).boxed() };
-            data.prop_map(move |data| Piece { step, index, part, id, shape, tokens, ok: true, data })
+            let timestamps_s: Vec<f64> = (0..shape[0]).map(|k| k as f64 / 25.0).collect();
+            data.prop_map(move |data| Piece {
+                step,
+                index,
+                part,
+                id,
+                shape,
+                tokens,
+                ok: true,
+                timestamps_s: timestamps_s.clone(),
+                data,
+            })
         });
     let failed = (
         (any::<u64>(), any::<u32>(), any::<u16>(), any::<u64>(), any::<u64>()),
@@ -56,6 +67,7 @@ fn arb_piece() -> impl Strategy<Value = Piece> {
             shape: dims.map(|d| d as usize),
             tokens,
             ok: false,
+            timestamps_s: Vec::new(),
             data: Vec::new(),
         });
     prop_oneof![3 => decoded, 1 => failed]
@@ -502,6 +514,7 @@ fn the_allocation_measurement_sees_the_readers_allocations() {
         shape: [4, 64, 64, 3],
         tokens: 1,
         ok: true,
+        timestamps_s: vec![0.0, 0.5, 1.0, 1.5],
         data: vec![9; 49152],
     };
     for compress in [false, true] {

@@ -576,6 +576,27 @@ dh_result dh_batch_tensor(const struct dh_batch *batch, size_t index, struct dh_
 dh_result dh_batch_tokens(const struct dh_batch *batch, size_t index, uint64_t *tokens_out);
 
 /**
+ * The metadata of sample `index`: a JSON object (UTF-8, `*len_out` bytes, also NUL-terminated)
+ * with its `path` and its manifest row's other fields (caption, label, ...), e.g.
+ * `{"path":"videos/a.mp4","caption":"a cat"}`. The text stays valid until the batch is released.
+ * Fails with `DH_NULL_PARAMETER` or `DH_OUT_OF_RANGE`.
+ */
+dh_result dh_batch_meta(const struct dh_batch *batch,
+                        size_t index,
+                        const char **json_out,
+                        size_t *len_out);
+
+/**
+ * Each delivered frame's presentation time of sample `index`, in seconds from its stream's start
+ * (`*len_out` = the tensor's `shape[0]` values; 0 for an image), valid until the batch is
+ * released. Fails with `DH_NULL_PARAMETER` or `DH_OUT_OF_RANGE`.
+ */
+dh_result dh_batch_timestamps(const struct dh_batch *batch,
+                              size_t index,
+                              const double **seconds_out,
+                              size_t *len_out);
+
+/**
  * Seconds `dh_loader_next` blocked for this batch. Fails with `DH_NULL_PARAMETER` only.
  */
 dh_result dh_batch_input_wait(const struct dh_batch *batch, double *seconds_out);

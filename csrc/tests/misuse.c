@@ -154,6 +154,11 @@ int main(int argc, char **argv) {
   EXPECT(DH_NULL_PARAMETER, dh_batch_tensor(NULL, 0, &t));
   EXPECT(DH_NULL_PARAMETER, dh_batch_tokens(NULL, 0, &u));
   EXPECT(DH_NULL_PARAMETER, dh_batch_input_wait(NULL, &x));
+  const char *text = NULL;
+  size_t text_len = 0;
+  const double *times = NULL;
+  EXPECT(DH_NULL_PARAMETER, dh_batch_meta(NULL, 0, &text, &n));
+  EXPECT(DH_NULL_PARAMETER, dh_batch_timestamps(NULL, 0, &times, &n));
   dh_batch_release(NULL);
   dh_batch_release(&batch); /* *batch is NULL */
 
@@ -173,6 +178,10 @@ int main(int argc, char **argv) {
   CHECK(dh_batch_len(batch, &n));
   EXPECT(DH_OUT_OF_RANGE, dh_batch_tensor(batch, n, &t));
   EXPECT(DH_OUT_OF_RANGE, dh_batch_tokens(batch, n + 1000, &u));
+  EXPECT(DH_OUT_OF_RANGE, dh_batch_meta(batch, n, &text, &text_len));
+  EXPECT(DH_OUT_OF_RANGE, dh_batch_timestamps(batch, n, &times, &text_len));
+  EXPECT(DH_NULL_PARAMETER, dh_batch_meta(batch, 0, NULL, &text_len));
+  EXPECT(DH_NULL_PARAMETER, dh_batch_timestamps(batch, 0, &times, NULL));
   EXPECT(DH_NULL_PARAMETER, dh_batch_tensor(batch, 0, NULL));
   EXPECT(DH_NULL_PARAMETER, dh_batch_ids(batch, NULL, &n));
   EXPECT(DH_NULL_PARAMETER, dh_batch_ids(batch, &ids, NULL));

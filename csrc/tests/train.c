@@ -80,6 +80,18 @@ int main(int argc, char **argv) {
       uint64_t tk = 0;
       CHECK(dh_batch_tokens(batch, i, &tk));
       tokens += tk;
+      const char *meta = NULL;
+      size_t meta_len = 0;
+      CHECK(dh_batch_meta(batch, i, &meta, &meta_len));
+      ASSERT(meta != NULL && strlen(meta) == meta_len && meta[0] == '{');
+      printf("meta %llu %s\n", (unsigned long long)ids[i], meta);
+      const double *times = NULL;
+      size_t n_times = 99;
+      CHECK(dh_batch_timestamps(batch, i, &times, &n_times));
+      ASSERT(n_times == t.shape[0] && times != NULL);
+      printf("times %llu", (unsigned long long)ids[i]);
+      for (size_t k = 0; k < n_times; k++) printf(" %.17g", times[k]);
+      printf("\n");
     }
     (void)checksum;
 

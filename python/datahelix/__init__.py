@@ -57,17 +57,21 @@ class Batch:
 
     ``step``: the step (0, 1, ...); ``ids``: delivered sample ids, in batch order; ``skipped``:
     ids of this rank's samples that could not be decoded this step (``tensors`` has none for
-    them); ``tokens``: each sample's tokens; ``input_wait_s``: seconds the loader waited for it;
+    them); ``tokens``: each sample's tokens; ``meta``: each sample's metadata, a dict with its
+    ``path`` and its manifest row's other fields (caption, label, ...); ``timestamps``: each
+    sample's frame times in seconds (one per frame of its tensor); ``input_wait_s``: seconds
+    the loader waited for it;
     ``tensors``: one ``uint8`` numpy array ``[F, H, W, 3]`` per delivered sample, views of the
     batch's memory. ``tensor(i)`` is the ``i``-th sample as a DLPack/buffer-protocol exporter
     (``torch.from_dlpack(batch.tensor(i))``, ``memoryview(batch.tensor(i))``).
     """
 
-    __slots__ = ("_native", "_tensors")
+    __slots__ = ("_native", "_tensors", "_meta")
 
     def __init__(self, native):
         self._native = native
         self._tensors = None
+        self._meta = None
 
     @property
     def step(self):
@@ -84,6 +88,16 @@ class Batch:
     @property
     def tokens(self):
         return self._native.tokens
+
+    @property
+    def meta(self):
+        if self._meta is None:
+            self._meta = [json.loads(m) for m in self._native.meta_json]
+        return self._meta
+
+    @property
+    def timestamps(self):
+        return self._native.timestamps
 
     @property
     def input_wait_s(self):

@@ -85,6 +85,8 @@ struct BatchData {
     ids: Vec<u64>,
     skipped: Vec<u64>,
     tokens: Vec<u64>,
+    meta: Vec<String>,
+    timestamps: Vec<Vec<f64>>,
     input_wait_s: f64,
     shapes: Vec<[usize; 4]>,
     bytes: Vec<Bytes>,
@@ -93,9 +95,12 @@ struct BatchData {
 impl BatchData {
     fn new(b: LoadedBatch) -> BatchData {
         let (mut ids, mut tokens, mut shapes, mut bytes) = (vec![], vec![], vec![], vec![]);
+        let (mut meta, mut timestamps) = (vec![], vec![]);
         for s in b.samples {
             ids.push(s.id);
             tokens.push(s.tokens);
+            meta.push(s.meta);
+            timestamps.push(s.timestamps_s);
             shapes.push(s.shape);
             bytes.push(Bytes::new(s.data.into_vec()));
         }
@@ -105,6 +110,8 @@ impl BatchData {
             ids,
             skipped: b.skipped,
             tokens,
+            meta,
+            timestamps,
             input_wait_s: b.input_wait_s,
             shapes,
             bytes,
@@ -148,6 +155,19 @@ impl Batch {
     #[getter]
     fn tokens(&self) -> Vec<u64> {
         self.data.tokens.clone()
+    }
+
+    /// Each delivered sample's metadata as JSON text: `path` and the manifest row's other
+    /// fields (caption, label, ...).
+    #[getter]
+    fn meta_json(&self) -> Vec<String> {
+        self.data.meta.clone()
+    }
+
+    /// Each delivered sample's frame times, seconds from its stream's start (one per frame).
+    #[getter]
+    fn timestamps(&self) -> Vec<Vec<f64>> {
+        self.data.timestamps.clone()
     }
 
     /// Seconds `next` waited for this batch.

@@ -40,22 +40,32 @@ def main():
     args = ap.parse_args()
 
     with open(os.path.join(args.data, "manifest.jsonl")) as f:
-        manifest = [json.loads(line)["id"] for line in f if line.strip()]
+        rows = [json.loads(line) for line in f if line.strip()]
+    manifest = [r["id"] for r in rows]
+    # A batch's metadata: the sample's path and its manifest row's other fields.
+    want_meta = {r["id"]: {k: v for k, v in r.items() if k not in ("id", "text_tokens")} for r in rows}
     decoded = json.loads(subprocess.run([args.bin, "decode", args.data, "--json"], check=True,
                                         capture_output=True, text=True).stdout)
     want = {s["id"]: s["sha256"] for s in decoded["samples"] if s["error"] is None}
+    want_times = {s["id"]: s["timestamps_s"] for s in decoded["samples"] if s["error"] is None}
 
     run = load_run(args.run)
     steps = sorted({s for r in run.values() for s in r})
     per_epoch = len(manifest) // args.global_batch
     epochs = collections.defaultdict(list)
-    checked = 0
+    checked = metas = 0
     for rank, by_step in run.items():
         for step, s in by_step.items():
             epochs[step // per_epoch] += s["ids"] + s["skipped"]
             for sid, digest in zip(s["ids"], s["sha256"]):
                 assert want.get(sid) == digest, f"rank {rank} step {step}: sample {sid}'s bytes differ from datahelix decode"
                 checked += 1
+            for sid, times in zip(s["ids"], s.get("timestamps", [])):
+                assert len(times) == len(want_times[sid]) and all(abs(a - b) < 1e-9 for a, b in zip(times, want_times[sid])), \
+                    f"rank {rank} step {step}: sample {sid}'s frame times {times} are not {want_times[sid]}"
+            for sid, meta in zip(s["ids"], s.get("meta", [])):
+                assert meta == want_meta[sid], f"rank {rank} step {step}: sample {sid}'s metadata {meta} is not {want_meta[sid]}"
+                metas += 1
     for e, ids in epochs.items():
         full = (e + 1) * per_epoch <= len(steps)
         dup = [i for i, n in collections.Counter(ids).items() if n > 1]
@@ -63,7 +73,7 @@ def main():
         if full:
             assert sorted(ids) == sorted(manifest), f"epoch {e}: not every sample exactly once"
     print(f"check: {len(run)} ranks, {len(steps)} steps, {checked} tensors equal datahelix decode's, "
-          f"every epoch exactly once")
+          f"{metas} samples' metadata equal the manifest's, every epoch exactly once")
 
     if args.resumed:
         resumed = load_run(args.resumed)

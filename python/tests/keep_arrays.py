@@ -75,8 +75,11 @@ def main():
                 assert not a.flags.owndata and a.flags.c_contiguous and a.flags.writeable, a.flags
                 assert memoryview(batch.tensor(batch.ids.index(sid))).shape == a.shape
                 kept.append((batch.step, sid, a, sha(a)))
+            assert len(batch.meta) == len(batch.ids) and all("path" in m for m in batch.meta), batch.meta
+            assert [len(t) for t in batch.timestamps] == [a.shape[0] for a in arrays], batch.timestamps
             steps.append({"step": batch.step, "ids": batch.ids, "skipped": batch.skipped,
-                          "sha256": [sha(a) for a in arrays]})
+                          "sha256": [sha(a) for a in arrays], "meta": batch.meta,
+                          "timestamps": batch.timestamps})
             if args.save_state_at is not None and batch.step == args.save_state_at:
                 with open(os.path.join(args.out, f"state-{rank}.json"), "w") as f:
                     json.dump(loader.state_dict(), f)

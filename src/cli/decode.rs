@@ -125,6 +125,8 @@ pub struct SampleJson {
     pub shape: Option<[usize; 4]>,
     /// Chosen frame times, seconds.
     pub timestamps_s: Vec<f64>,
+    /// Its metadata: `path` and the manifest row's other fields (caption, label, ...).
+    pub meta: serde_json::Value,
     /// SHA-256 of the tensor bytes (hex); null for all frames.
     pub sha256: Option<String>,
     /// Wall seconds of the decode.
@@ -229,6 +231,7 @@ fn sample_json(o: Outcome, path: String, dump: Option<&Path>) -> Result<SampleJs
         path,
         shape: None,
         timestamps_s: Vec::new(),
+        meta: serde_json::Value::Null,
         sha256: None,
         seconds: o.seconds,
         cpu_seconds: o.cpu_seconds,
@@ -296,6 +299,7 @@ pub fn run(args: DecodeArgs) -> Result<i32, CliError> {
             path: r.path,
             shape: None,
             timestamps_s: Vec::new(),
+            meta: serde_json::Value::Null,
             sha256: None,
             seconds: 0.0,
             cpu_seconds: 0.0,
@@ -308,6 +312,11 @@ pub fn run(args: DecodeArgs) -> Result<i32, CliError> {
         if let Some(s) = done.remove(id) {
             samples.push(s);
         }
+    }
+    let meta = crate::exec::sample_meta::SampleMeta::open(&args.dir, args.index_dir.as_deref())
+        .map_err(|e| CliError::usage(e.to_string()))?;
+    for s in &mut samples {
+        s.meta = serde_json::from_str(&meta.of(s.id)).unwrap_or(serde_json::Value::Null);
     }
     let failed = samples.iter().filter(|s| s.error.is_some()).count();
     let doc = DecodeJson {

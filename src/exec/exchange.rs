@@ -5,7 +5,10 @@
 //! ```
 //! use datahelix::exec::exchange::{pack, unpack, Piece};
 //!
-//! let piece = Piece { step: 7, index: 3, part: 1, id: 99, shape: [2, 28, 28, 3], tokens: 7, ok: true, data: vec![5u8; 2 * 28 * 28 * 3] };
+//! let piece = Piece {
+//!     step: 7, index: 3, part: 1, id: 99, shape: [2, 28, 28, 3], tokens: 7, ok: true,
+//!     timestamps_s: vec![0.5, 1.5], data: vec![5u8; 2 * 28 * 28 * 3],
+//! };
 //! let mut buf = Vec::new();
 //! pack(&mut buf, &piece, true).unwrap();        // compressed with zstd level 1
 //! let back = unpack(&buf, 1 << 20).unwrap();
@@ -13,7 +16,7 @@
 //! ```
 
 /// One sample, or one piece of a split sample, on the wire.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Piece {
     /// The training step it belongs to.
     pub step: u64,
@@ -29,11 +32,14 @@ pub struct Piece {
     pub tokens: u64,
     /// False when decoding failed (then `data` is empty): the owner learns of the skip.
     pub ok: bool,
+    /// Each frame's presentation time in seconds (`shape[0]` of them; none when failed).
+    pub timestamps_s: Vec<f64>,
     /// Packed RGB24 bytes.
     pub data: Vec<u8>,
 }
 
-/// Bytes of a piece's header on the wire.
+/// Bytes of a piece's header on the wire. A decoded piece's `shape[0]` frame times (f64) follow
+/// it, then its (possibly compressed) bytes.
 pub const HEADER: usize = 64;
 
 /// Where each field of a header sits (little-endian): `index` u32 at 0, `ok` u8 at 4, the
@@ -61,6 +67,13 @@ pub fn pack(out: &mut Vec<u8>, piece: &Piece, compress: bool) -> Result<(), Exch
 /// Appends `piece`'s header with `data` as its bytes (`piece.data` is not read): one copy of a
 /// tensor that lives elsewhere, e.g. in a pool buffer.
 pub fn pack_data(out: &mut Vec<u8>, piece: &Piece, data: &[u8], compress: bool) -> Result<(), ExchangeError> {
+    let frames = if piece.ok { piece.shape[0] } else { 0 };
+    if piece.timestamps_s.len() != frames {
+        return Err(ExchangeError(format!(
+            "a piece of {frames} frames with {} frame times",
+            piece.timestamps_s.len()
+        )));
+    }
     let compressed;
     let payload: &[u8] = if compress && !data.is_empty() {
         compressed = zstd::bulk::compress(data, 1).map_err(|e| ExchangeError(format!("zstd: {e}")))?;
@@ -82,6 +95,9 @@ pub fn pack_data(out: &mut Vec<u8>, piece: &Piece, data: &[u8], compress: bool) 
     h[at::WIRE_LEN..at::WIRE_LEN + 8].copy_from_slice(&(payload.len() as u64).to_le_bytes());
     h[at::STEP..at::STEP + 8].copy_from_slice(&piece.step.to_le_bytes());
     out.extend_from_slice(&h);
+    for t in &piece.timestamps_s {
+        out.extend_from_slice(&t.to_le_bytes());
+    }
     out.extend_from_slice(payload);
     Ok(())
 }
@@ -100,10 +116,6 @@ pub fn unpack(mut block: &[u8], max_bytes: usize) -> Result<Vec<Piece>, Exchange
         let h = &block[..HEADER];
         let raw_len = u64_at(h, at::RAW_LEN) as usize;
         let wire_len = u64_at(h, at::WIRE_LEN) as usize;
-        if block.len() - HEADER < wire_len {
-            return Err(ExchangeError("payload shorter than its header says".into()));
-        }
-        let payload = &block[HEADER..HEADER + wire_len];
         let dim = |k: usize| {
             u32::from_le_bytes(h[at::SHAPE + 4 * k..at::SHAPE + 4 + 4 * k].try_into().unwrap_or([0; 4]))
                 as usize
@@ -117,6 +129,22 @@ pub fn unpack(mut block: &[u8], max_bytes: usize) -> Result<Vec<Piece>, Exchange
                 u64_at(h, at::STEP)
             )));
         }
+        // Frame times: one f64 a frame, read only from bytes the block holds.
+        let frames = if ok { shape[0] } else { 0 };
+        let times_len = frames.saturating_mul(8);
+        if (block.len() - HEADER) < times_len.saturating_add(wire_len) {
+            return Err(ExchangeError("payload shorter than its header says".into()));
+        }
+        let times = &block[HEADER..HEADER + times_len];
+        let timestamps_s: Vec<f64> =
+            times.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect();
+        if timestamps_s.iter().any(|t| !t.is_finite()) {
+            return Err(ExchangeError(format!(
+                "a piece of step {} has a frame time that is not finite",
+                u64_at(h, at::STEP)
+            )));
+        }
+        let payload = &block[HEADER + times_len..HEADER + times_len + wire_len];
         let data = if h[at::COMPRESSED] == 1 {
             zstd::bulk::decompress(payload, raw_len).map_err(|e| ExchangeError(format!("zstd: {e}")))?
         } else {
@@ -133,9 +161,10 @@ pub fn unpack(mut block: &[u8], max_bytes: usize) -> Result<Vec<Piece>, Exchange
             id: u64_at(h, 8),
             shape,
             tokens: u64_at(h, 32),
+            timestamps_s,
             data,
         });
-        block = &block[HEADER + wire_len..];
+        block = &block[HEADER + times_len + wire_len..];
     }
     Ok(out)
 }
@@ -154,10 +183,20 @@ mod tests {
             shape: [1, 28, 56, 3],
             tokens: 2,
             ok: true,
+            timestamps_s: vec![0.04],
             data: (0..4704u32).map(|x| x as u8).collect(),
         };
-        let failed =
-            Piece { step: 0, index: 2, part: 0, id: 5, shape: [0; 4], tokens: 0, ok: false, data: vec![] };
+        let failed = Piece {
+            step: 0,
+            index: 2,
+            part: 0,
+            id: 5,
+            shape: [0; 4],
+            tokens: 0,
+            ok: false,
+            timestamps_s: vec![],
+            data: vec![],
+        };
         let mut buf = Vec::new();
         pack(&mut buf, &ok, false).unwrap();
         pack(&mut buf, &failed, true).unwrap();
@@ -179,6 +218,7 @@ mod tests {
             shape: [1, 28, 28, 3],
             tokens: 1,
             ok: true,
+            timestamps_s: vec![1.0],
             data: vec![7; 2352],
         };
         let mut good = Vec::new();
@@ -197,5 +237,29 @@ mod tests {
         assert!(unpack(&overflow, usize::MAX).is_err());
         let failed_with_bytes = with(4, &[0]);
         assert!(unpack(&failed_with_bytes, 1 << 30).is_err(), "a failed piece carries no bytes");
+    }
+
+    /// A decoded piece carries one time per frame; a time that is not a number is refused, and
+    /// a piece cannot be packed with the wrong count.
+    #[test]
+    fn frame_times_travel_with_their_frames() {
+        let piece = Piece {
+            step: 1,
+            index: 0,
+            part: 0,
+            id: 4,
+            shape: [3, 2, 2, 3],
+            tokens: 1,
+            ok: true,
+            timestamps_s: vec![0.0, 1.0 / 3.0, 2.5],
+            data: vec![1; 36],
+        };
+        let mut buf = Vec::new();
+        pack(&mut buf, &piece, true).unwrap();
+        assert_eq!(unpack(&buf, 1 << 20).unwrap()[0].timestamps_s, piece.timestamps_s);
+        buf[HEADER + 8..HEADER + 16].copy_from_slice(&f64::NAN.to_le_bytes());
+        assert!(unpack(&buf, 1 << 20).unwrap_err().to_string().contains("not finite"));
+        let short = Piece { timestamps_s: vec![0.0], ..piece };
+        assert!(pack(&mut Vec::new(), &short, false).is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! `DATAHELIX_FAULT=KIND@RANK` makes rank RANK corrupt the first tensor message it sends, the
 //! way a peer running another build (or a corrupted one) would. KIND is
 //!
-//! - `shape`: `[F, H, W, 3]` announced as `[F·H, 1, W, 3]` (the same bytes, another shape);
+//! - `shape`: `[F, H, W, 3]` announced as `[F, H·W, 1, 3]` (the same bytes, another shape);
 //! - `oversized`: the header announces 2⁵⁰ uncompressed bytes, zstd-compressed;
 //! - `truncated`: the header announces more payload than the message holds;
 //! - `stale`: the header names an earlier step.
@@ -54,10 +54,11 @@ pub(crate) fn corrupt(send: &mut [u8], header: usize, fault: Fault) {
     let u64_at = |h: &[u8], i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap_or([0; 8]));
     match fault {
         Fault::Shape => {
-            // [F, H, W, 3] -> [F·H, 1, W, 3]: the same bytes, another shape.
-            let (f, height) = (u32_at(h, at::SHAPE), u32_at(h, at::SHAPE + 4));
-            h[at::SHAPE..at::SHAPE + 4].copy_from_slice(&f.wrapping_mul(height).to_le_bytes());
-            h[at::SHAPE + 4..at::SHAPE + 8].copy_from_slice(&1u32.to_le_bytes());
+            // [F, H, W, 3] -> [F, H·W, 1, 3]: the same bytes and frames (and frame times),
+            // another shape.
+            let (height, width) = (u32_at(h, at::SHAPE + 4), u32_at(h, at::SHAPE + 8));
+            h[at::SHAPE + 4..at::SHAPE + 8].copy_from_slice(&height.wrapping_mul(width).to_le_bytes());
+            h[at::SHAPE + 8..at::SHAPE + 12].copy_from_slice(&1u32.to_le_bytes());
         }
         Fault::Oversized => {
             h[at::COMPRESSED] = 1;

@@ -243,6 +243,20 @@ pub struct Sample {
     pub tokens: u64,
     /// Packed RGB24 bytes.
     pub data: TensorData,
+    /// Each delivered frame's presentation time in seconds from the stream's start (`shape[0]`
+    /// of them; 0 for an image).
+    pub timestamps_s: Vec<f64>,
+    /// Its metadata, a JSON object: `path` (in the dataset folder) and the manifest row's other
+    /// fields (caption, label, ...). Filled as the batch is delivered.
+    pub meta: String,
+}
+
+/// A decoded piece of a sample in hand (a whole sample is one piece): its shape, bytes and
+/// frame times.
+pub(crate) struct Part {
+    shape: [usize; 4],
+    data: TensorData,
+    timestamps_s: Vec<f64>,
 }
 
 /// A step's batch on this rank.
@@ -460,6 +474,8 @@ pub struct Loader<'w> {
     pool: Pool,
     group: CpuGroup,
     index: Index,
+    /// Each delivered sample's metadata, by id.
+    sample_meta: super::sample_meta::SampleMeta,
     /// The dataset folder, canonical: every decode's path is resolved beneath it.
     root: PathBuf,
     /// Which dataset the index holds (for [`Loader::state`]).
@@ -472,7 +488,7 @@ pub struct Loader<'w> {
     /// piece.
     in_pool: HashMap<u64, (PartKey, Option<FrameRange>)>,
     /// Decoded parts (own or received) and samples put together, by what the engine calls them.
-    parts: HashMap<PartKey, ([usize; 4], TensorData)>,
+    parts: HashMap<PartKey, Part>,
     samples: HashMap<(u64, u32), Sample>,
     /// Tensors offered to [`Loader::measure_zstd`] so far.
     zstd_seen: u64,
@@ -536,6 +552,7 @@ impl<'w> Loader<'w> {
         let ds = opened?;
         verdict.map_err(|e| ExecError::Invalid(format!("rank {rank}: {e}")))?;
         let OpenedDataset { index, ids, dataset, first_step, .. } = ds;
+        let sample_meta = super::sample_meta::SampleMeta::open(&cfg.data, cfg.index_dir.as_deref())?;
         let root = std::fs::canonicalize(index.dir()).map_err(|e| {
             ExecError::Invalid(format!("rank {rank}: the dataset folder {}: {e}", index.dir().display()))
         })?;
@@ -578,6 +595,7 @@ impl<'w> Loader<'w> {
             pool,
             group,
             index,
+            sample_meta,
             root,
             cfg,
             workers_here,
@@ -738,6 +756,7 @@ impl<'w> Loader<'w> {
         }
         self.samples.retain(|&(t, _), _| t > s);
         self.parts.retain(|k, _| k.step > s);
+        self.sample_meta.fill(&mut samples);
         let end = self.now();
         self.span(0, "wait", format!("input step {s}"), call, end);
         Ok(Batch {

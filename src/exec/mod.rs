@@ -9,4 +9,5 @@ mod fault;
 pub mod fingerprint;
 pub mod loader;
 pub mod replica;
+pub(crate) mod sample_meta;
 pub mod state;

@@ -37,6 +37,8 @@ const FAILED: u64 = u64::MAX;
 /// One rank of a replica group: the loader on its leader, a receiver elsewhere.
 pub struct ReplicaLoader<'w> {
     leader: Option<Loader<'w>>,
+    /// A follower's lookup of its samples' metadata (the leader's loader has its own).
+    meta: Option<super::sample_meta::SampleMeta>,
     group: WorldRef<'w>,
 }
 
@@ -44,7 +46,8 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-/// A batch as bytes: header, entries, skipped ids, tensors.
+/// A batch as bytes: header, entries, skipped ids, then each sample's tensor and its `shape[0]`
+/// frame times (f64).
 fn encode(b: &Batch) -> Vec<u8> {
     let data: usize = b.samples.iter().map(|s| s.data.len()).sum();
     let mut out = Vec::with_capacity(HEAD + ENTRY * b.samples.len() + 8 * b.skipped.len() + data);
@@ -68,6 +71,9 @@ fn encode(b: &Batch) -> Vec<u8> {
     }
     for s in &b.samples {
         out.extend_from_slice(&s.data);
+        for k in 0..s.shape[0] {
+            out.extend(s.timestamps_s.get(k).copied().unwrap_or(f64::NAN).to_le_bytes());
+        }
     }
     out
 }
@@ -97,13 +103,25 @@ fn decode(bytes: &[u8]) -> Result<Batch, String> {
             return Err(bad(&format!("sample {k}'s shape {shape:?} does not match its {len} bytes")));
         }
         let len = len as usize;
+        let times_at = data_at + len;
+        let times = shape[0].checked_mul(8).filter(|&t| t <= bytes.len() - times_at);
+        let Some(times) = times else { return Err(bad(&format!("sample {k}'s frame times are cut off"))) };
+        let timestamps_s: Vec<f64> = bytes[times_at..times_at + times]
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().expect("8")))
+            .collect();
+        if timestamps_s.iter().any(|t| !t.is_finite()) {
+            return Err(bad(&format!("sample {k} has a frame time that is not finite")));
+        }
         samples.push(Sample {
             id: u64_at(bytes, e),
             shape,
             tokens: u64_at(bytes, e + 40),
             data: TensorData::Owned(bytes[data_at..data_at + len].to_vec()),
+            timestamps_s,
+            meta: String::new(),
         });
-        data_at += len;
+        data_at = times_at + times;
     }
     if data_at != bytes.len() {
         return Err(bad("bytes left over"));
@@ -141,6 +159,11 @@ impl<'w> ReplicaLoader<'w> {
     ) -> Result<ReplicaLoader<'w>, ExecError> {
         let group = group.into();
         let leads = group.get().rank() == 0;
+        // A follower reads its samples' metadata from its own copy of the index; without one
+        // its batches still arrive, their metadata empty.
+        let meta = (!leads)
+            .then(|| super::sample_meta::SampleMeta::open(&cfg.data, cfg.index_dir.as_deref()))
+            .and_then(|m| m.map_err(|e| tracing::warn!("replica follower: no sample metadata: {e}")).ok());
         let leader = match (leads, dp) {
             (true, Some(dp)) => Some(Loader::new(dp, cfg)),
             (false, None) => None,
@@ -162,7 +185,7 @@ impl<'w> ReplicaLoader<'w> {
                 "rank {r} of this replica group could not open its loader (its error says why)"
             )));
         }
-        Ok(ReplicaLoader { leader, group })
+        Ok(ReplicaLoader { leader, meta, group })
     }
 
     /// True on the group's rank 0 (the rank that decodes).
@@ -208,7 +231,11 @@ impl<'w> ReplicaLoader<'w> {
                     .map_err(|_| ExecError::Invalid(format!("the group leader announced {len} bytes")))?;
                 let mut wire = vec![0u8; len];
                 g.broadcast(0, &mut wire)?;
-                decode(&wire).map_err(ExecError::Invalid)
+                let mut batch = decode(&wire).map_err(ExecError::Invalid)?;
+                if let Some(meta) = &self.meta {
+                    meta.fill(&mut batch.samples);
+                }
+                Ok(batch)
             }
         }
     }
@@ -255,6 +282,8 @@ mod tests {
             shape: [f, 2, 3, 3],
             tokens: 7 * id,
             data: TensorData::Owned((0..f * 18).map(|b| (b * id as usize) as u8).collect()),
+            timestamps_s: (0..f).map(|k| k as f64 * 0.5).collect(),
+            meta: String::new(),
         };
         Batch {
             step: 5,

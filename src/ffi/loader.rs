@@ -98,6 +98,8 @@ pub struct dh_batch {
     batch: Batch,
     ids: Vec<u64>,
     tensors: Vec<dh_tensor>,
+    /// Each sample's metadata, NUL-terminated for C (`dh_batch_meta`).
+    meta: Vec<std::ffi::CString>,
 }
 
 enum State {
@@ -379,7 +381,13 @@ impl dh_loader {
                 nbytes: s.data.len() as u64,
             })
             .collect();
-        Ok(dh_batch { batch, ids, tensors })
+        // JSON text has no NUL bytes (they are escaped); a damaged metadata file's are dropped.
+        let meta = batch
+            .samples
+            .iter()
+            .map(|s| std::ffi::CString::new(s.meta.replace('\0', "")).unwrap_or_default())
+            .collect();
+        Ok(dh_batch { batch, ids, tensors, meta })
     }
 
     /// Blocks until this rank's batch of the next step is ready (see `dh_loader_next`); `None`
@@ -1105,6 +1113,71 @@ pub extern "C" fn dh_batch_tokens(batch: *const dh_batch, index: usize, tokens_o
         })?;
         // SAFETY: tokens_out is not NULL and points to a writable uint64_t.
         unsafe { *tokens_out = s.tokens };
+        Ok(())
+    })
+}
+
+/// The metadata of sample `index`: a JSON object (UTF-8, `*len_out` bytes, also NUL-terminated)
+/// with its `path` and its manifest row's other fields (caption, label, ...), e.g.
+/// `{"path":"videos/a.mp4","caption":"a cat"}`. The text stays valid until the batch is released.
+/// Fails with `DH_NULL_PARAMETER` or `DH_OUT_OF_RANGE`.
+#[no_mangle]
+pub extern "C" fn dh_batch_meta(
+    batch: *const dh_batch,
+    index: usize,
+    json_out: *mut *const c_char,
+    len_out: *mut usize,
+) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: batch is NULL or live (header contract).
+        let b = unsafe { batch_ref(batch) }?;
+        if json_out.is_null() {
+            return Err(Error::null("json_out"));
+        }
+        if len_out.is_null() {
+            return Err(Error::null("len_out"));
+        }
+        let text = b.meta.get(index).ok_or_else(|| {
+            Error::new(dh_result::DH_OUT_OF_RANGE, format!("sample {index} of a batch of {}", b.ids.len()))
+        })?;
+        // SAFETY: both pointers are not NULL and point to writable values; the text lives in the
+        // batch, which outlives the caller's use (header contract).
+        unsafe {
+            *json_out = text.as_ptr();
+            *len_out = text.as_bytes().len();
+        }
+        Ok(())
+    })
+}
+
+/// Each delivered frame's presentation time of sample `index`, in seconds from its stream's start
+/// (`*len_out` = the tensor's `shape[0]` values; 0 for an image), valid until the batch is
+/// released. Fails with `DH_NULL_PARAMETER` or `DH_OUT_OF_RANGE`.
+#[no_mangle]
+pub extern "C" fn dh_batch_timestamps(
+    batch: *const dh_batch,
+    index: usize,
+    seconds_out: *mut *const f64,
+    len_out: *mut usize,
+) -> dh_result {
+    ffi_boundary!({
+        // SAFETY: batch is NULL or live (header contract).
+        let b = unsafe { batch_ref(batch) }?;
+        if seconds_out.is_null() {
+            return Err(Error::null("seconds_out"));
+        }
+        if len_out.is_null() {
+            return Err(Error::null("len_out"));
+        }
+        let s = b.batch.samples.get(index).ok_or_else(|| {
+            Error::new(dh_result::DH_OUT_OF_RANGE, format!("sample {index} of a batch of {}", b.ids.len()))
+        })?;
+        // SAFETY: both pointers are not NULL and point to writable values; the times live in the
+        // batch, which outlives the caller's use (header contract).
+        unsafe {
+            *seconds_out = s.timestamps_s.as_ptr();
+            *len_out = s.timestamps_s.len();
+        }
         Ok(())
     })
 }

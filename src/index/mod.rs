@@ -20,6 +20,7 @@
 //! The file layout is in [`format`]; building (and re-building only what changed) in [`writer`].
 
 pub mod format;
+pub mod meta;
 pub mod writer;
 
 use std::fs::File;

@@ -157,6 +157,13 @@ pub fn build(dir: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError>
     let descriptors: Vec<Descriptor> = results.iter().map(|(d, _)| *d).collect();
     let paths: Vec<&str> = manifest.entries.iter().map(|e| e.path.as_str()).collect();
     let manifest_sha256: [u8; 32] = sha2::Sha256::digest(&manifest_bytes).into();
+    // The metadata first: an index never stands beside metadata older than itself (metadata
+    // newer than its index names another manifest, and is refused as stale at open).
+    let meta_path = super::meta::meta_file(&index_path);
+    let texts: Vec<String> = manifest.entries.iter().map(manifest::meta_json).collect();
+    write_atomically(&meta_path, &super::meta::encode(&texts, manifest_sha256))
+        .map_err(|source| BuildError::Write { path: meta_path.clone(), source })?;
+    drop(texts);
     let bytes = encode_index(&descriptors, &paths, manifest_len, manifest_mtime, manifest_sha256);
     write_atomically(&index_path, &bytes)
         .map_err(|source| BuildError::Write { path: index_path.clone(), source })?;
@@ -273,7 +280,8 @@ pub fn encode_index(
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let parent = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent)?;
-    let tmp = parent.join(format!(".index.tmp.{}", std::process::id()));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("index");
+    let tmp = parent.join(format!(".{name}.tmp.{}", std::process::id()));
     {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;

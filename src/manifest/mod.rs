@@ -109,7 +109,7 @@ pub fn parse_as(format: Format, bytes: &[u8]) -> Result<Manifest, String> {
 }
 
 /// One sample of the manifest.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Entry {
     /// Sample id (any u64).
     pub id: u64,
@@ -120,6 +120,9 @@ pub struct Entry {
     /// 1-based line of the manifest (`manifest.jsonl`, `manifest.csv`: the file's line the row
     /// starts on) or row (`manifest.parquet`).
     pub line: u32,
+    /// The row's other fields (caption, label, any JSON) as a JSON object's text; `None` when
+    /// it has none. CSV cells are strings; Parquet's typed values keep their JSON types.
+    pub extra: Option<Box<str>>,
 }
 
 /// A row that could not be read as a manifest entry.
@@ -180,11 +183,44 @@ pub fn parse(bytes: &[u8]) -> Manifest {
             continue;
         }
         match serde_json::from_slice::<RawEntry>(raw_line) {
-            Ok(r) => out.entries.push(Entry { id: r.id, path: r.path, text_tokens: r.text_tokens, line }),
+            Ok(r) => {
+                let extra = extra_fields(raw_line);
+                out.entries.push(Entry { id: r.id, path: r.path, text_tokens: r.text_tokens, line, extra })
+            }
             Err(e) => out.errors.push(LineError { format: Format::Jsonl, line, reason: e.to_string() }),
         }
     }
     out
+}
+
+/// The fields of a JSON-lines row other than `id`, `path` and `text_tokens`, as an object's text.
+fn extra_fields(line: &[u8]) -> Option<Box<str>> {
+    let mut object: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(line).ok()?;
+    for key in ["id", "path", "text_tokens"] {
+        object.remove(key);
+    }
+    extra_object(object)
+}
+
+/// `object`'s text, `None` when it is empty.
+pub(crate) fn extra_object(object: serde_json::Map<String, serde_json::Value>) -> Option<Box<str>> {
+    (!object.is_empty()).then(|| serde_json::Value::Object(object).to_string().into_boxed_str())
+}
+
+/// A sample's metadata: its `path` first, then the manifest row's other fields.
+///
+/// ```
+/// use datahelix::manifest::{meta_json, parse};
+///
+/// let m = parse(br#"{"id": 1, "path": "a.mp4", "caption": "a cat", "label": 3}"#);
+/// assert_eq!(meta_json(&m.entries[0]), r#"{"path":"a.mp4","caption":"a cat","label":3}"#);
+/// ```
+pub fn meta_json(e: &Entry) -> String {
+    let path = serde_json::Value::String(e.path.clone()).to_string();
+    match e.extra.as_deref() {
+        Some(extra) if extra.len() > 2 => format!("{{\"path\":{path},{}", &extra[1..]),
+        _ => format!("{{\"path\":{path}}}"),
+    }
 }
 
 #[cfg(test)]
@@ -198,8 +234,8 @@ mod tests {
         assert_eq!(
             m.entries,
             vec![
-                Entry { id: 1, path: "a.mp4".into(), text_tokens: 3, line: 1 },
-                Entry { id: 2, path: "c.png".into(), text_tokens: 0, line: 5 },
+                Entry { id: 1, path: "a.mp4".into(), text_tokens: 3, line: 1, extra: None },
+                Entry { id: 2, path: "c.png".into(), text_tokens: 0, line: 5, extra: None },
             ]
         );
         assert_eq!(m.errors.iter().map(|e| e.line).collect::<Vec<_>>(), vec![4, 6, 7]);
@@ -211,5 +247,6 @@ mod tests {
         let m = parse(b"{\"id\":1,\"path\":\"a.mp4\",\"caption\":\"a cat\",\"text_tokens\":3}");
         assert_eq!(m.entries.len(), 1);
         assert_eq!(m.entries[0].text_tokens, 3);
+        assert_eq!(m.entries[0].extra.as_deref(), Some(r#"{"caption":"a cat"}"#));
     }
 }

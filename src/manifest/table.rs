@@ -56,7 +56,7 @@ fn entry(id: Cell, path: Cell, tokens: Cell, line: u32) -> Result<Entry, String>
         Cell::Other(kind) => return Err(format!("{PATH} is a {kind}, not a string")),
     };
     let text_tokens = unsigned(tokens, TEXT_TOKENS, u32::MAX as u64)?.unwrap_or(0) as u32;
-    Ok(Entry { id, path, text_tokens, line })
+    Ok(Entry { id, path, text_tokens, line, extra: None })
 }
 
 fn push(out: &mut Manifest, format: Format, line: u32, row: Result<Entry, String>) {
@@ -119,7 +119,11 @@ pub(super) fn parse_csv(bytes: &[u8]) -> Result<Manifest, String> {
                         .map(Cell::Text)
                         .map_err(|_| "a cell is not UTF-8 text".to_owned()),
                 };
-                let row = (|| entry(cell(id)?, cell(path)?, cell(tokens)?, line))();
+                let row = (|| {
+                    let mut e = entry(cell(id)?, cell(path)?, cell(tokens)?, line)?;
+                    e.extra = csv_extra(&names, [id, path, tokens], &record);
+                    Ok(e)
+                })();
                 push(&mut out, Format::Csv, line, row);
             }
             Err(e) => {
@@ -132,6 +136,20 @@ pub(super) fn parse_csv(bytes: &[u8]) -> Result<Manifest, String> {
         }
     }
     Ok(out)
+}
+
+/// A CSV row's other non-empty cells, by their header's names, as strings.
+fn csv_extra(names: &[String], used: [Option<usize>; 3], record: &csv::ByteRecord) -> Option<Box<str>> {
+    let mut object = serde_json::Map::new();
+    for (k, cell) in record.iter().enumerate() {
+        let Some(name) = names.get(k) else { continue };
+        if used.contains(&Some(k)) || cell.is_empty() {
+            continue;
+        }
+        let text = String::from_utf8_lossy(cell).into_owned();
+        object.entry(name.trim().to_owned()).or_insert(serde_json::Value::String(text));
+    }
+    super::extra_object(object)
 }
 
 /// Parses `manifest.parquet` (any compression the reader was built with: Snappy, zstd, gzip,
@@ -153,13 +171,8 @@ fn parse_parquet_unguarded(bytes: &[u8], file: &str) -> Result<Manifest, String>
         .map_err(unreadable)?;
     let schema = reader.metadata().file_metadata().schema();
     let fields = schema.get_fields();
-    let [id, path, tokens] = columns(fields.iter().map(|f| f.name()), file)?;
-    let wanted: Vec<_> = [id, path, tokens].iter().flatten().map(|&i| fields[i].clone()).collect();
-    let projection = parquet::schema::types::Type::group_type_builder(schema.name())
-        .with_fields(wanted)
-        .build()
-        .map_err(unreadable)?;
-    let rows = reader.get_row_iter(Some(projection)).map_err(unreadable)?;
+    columns(fields.iter().map(|f| f.name()), file)?;
+    let rows = reader.get_row_iter(None).map_err(unreadable)?;
     let mut out = Manifest::default();
     for (i, row) in rows.enumerate() {
         let line = u32::try_from(i + 1).unwrap_or(u32::MAX);
@@ -179,7 +192,14 @@ fn parse_parquet_unguarded(bytes: &[u8], file: &str) -> Result<Manifest, String>
                 .find(|(n, _)| n.as_str() == name)
                 .map_or(Cell::Missing, |(_, f)| field_cell(f))
         };
-        push(&mut out, Format::Parquet, line, entry(cell(ID), cell(PATH), cell(TEXT_TOKENS), line));
+        let parsed = entry(cell(ID), cell(PATH), cell(TEXT_TOKENS), line).map(|mut e| {
+            let others = row
+                .get_column_iter()
+                .filter(|(n, f)| ![ID, PATH, TEXT_TOKENS].contains(&n.as_str()) && !matches!(f, Field::Null));
+            e.extra = super::extra_object(others.map(|(n, f)| (n.clone(), f.to_json_value())).collect());
+            e
+        });
+        push(&mut out, Format::Parquet, line, parsed);
     }
     Ok(out)
 }

@@ -10,7 +10,7 @@
 //! use datahelix::manifest::Entry;
 //! use datahelix::probe::probe;
 //!
-//! let entry = Entry { id: 7, path: "videos/000007.mp4".into(), text_tokens: 32, line: 1 };
+//! let entry = Entry { id: 7, path: "videos/000007.mp4".into(), text_tokens: 32, line: 1, extra: None };
 //! let d = probe(std::path::Path::new("data/tiny"), &entry);
 //! println!("{} {}x{} {} frames: {}", d.codec, d.width, d.height, d.frames, d.status);
 //! ```

@@ -252,3 +252,39 @@ pub fn train_2_ranks(
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     TrainRun { ok: o.status.success(), text, took: t.elapsed() }
 }
+
+/// A copy of the tiny dataset whose manifest gives every sample a caption (with a comma and
+/// quotes) and a label, indexed: what batches' metadata is checked against.
+pub fn captioned_tiny() -> tempfile::TempDir {
+    let data = copy_dataset(&tiny_dataset());
+    let manifest = data.path().join("manifest.jsonl");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let mut out = String::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut row: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line).unwrap();
+        let id = row["id"].as_u64().unwrap();
+        row.insert("caption".into(), format!("clip {id}, \"quoted\"").into());
+        row.insert("label".into(), (id % 7).into());
+        out.push_str(&serde_json::Value::Object(row).to_string());
+        out.push('\n');
+    }
+    std::fs::write(&manifest, out).unwrap();
+    let o = run(datahelix().arg("index").arg(data.path()).env_remove("DATAHELIX_INDEX_DIR"));
+    assert!(o.status.success(), "index failed: {}", String::from_utf8_lossy(&o.stderr));
+    data
+}
+
+/// The metadata a sample of [`captioned_tiny`] must arrive with: its path, caption and label.
+pub fn expected_meta(data: &Path) -> std::collections::HashMap<u64, serde_json::Value> {
+    let text = std::fs::read_to_string(data.join("manifest.jsonl")).unwrap();
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let row: serde_json::Value = serde_json::from_str(l).unwrap();
+            let id = row["id"].as_u64().unwrap();
+            let want =
+                serde_json::json!({"path": row["path"], "caption": row["caption"], "label": row["label"]});
+            (id, want)
+        })
+        .collect()
+}

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use super::{ExecError, Loader, Sample, TensorData};
+use super::{ExecError, Loader, Part, Sample, TensorData};
 use crate::decode::pool::{Outcome, Output};
 use crate::exec::exchange::{self, Piece};
 use crate::step::{ExchangeOrder, Finished, Message, PartKey, Payload, SampleSpec};
@@ -18,7 +18,9 @@ impl Loader<'_> {
         let (ok, shape) = match outcome.result {
             Ok(Output::Sampled { tensor, decoded }) => {
                 let shape = decoded.shape.dims();
-                self.parts.insert(key, (shape, TensorData::Pooled(tensor)));
+                let part =
+                    Part { shape, data: TensorData::Pooled(tensor), timestamps_s: decoded.timestamps_s };
+                self.parts.insert(key, part);
                 (true, shape)
             }
             Ok(Output::AllFrames(_)) => {
@@ -68,17 +70,20 @@ impl Loader<'_> {
                 shape: m.shape,
                 tokens: m.tokens,
                 ok: m.ok,
+                timestamps_s: Vec::new(),
                 data: Vec::new(),
             };
             let data = match order.payload {
-                Payload::Parts => self.parts.remove(&m.key).map(|(_, d)| d),
-                Payload::Samples => self.samples.remove(&(m.key.step, m.key.slot)).map(|s| s.data),
+                Payload::Parts => self.parts.remove(&m.key).map(|p| (p.data, p.timestamps_s)),
+                Payload::Samples => {
+                    self.samples.remove(&(m.key.step, m.key.slot)).map(|s| (s.data, s.timestamps_s))
+                }
             };
             let before = send.len();
             let packed = match (m.ok, data) {
-                (true, Some(data)) => {
+                (true, Some((data, timestamps_s))) => {
                     self.measure_zstd(&data);
-                    exchange::pack_data(&mut send, &header, &data, compress)
+                    exchange::pack_data(&mut send, &Piece { timestamps_s, ..header }, &data, compress)
                 }
                 (true, None) => {
                     return Err(ExecError::Invalid(format!(
@@ -143,12 +148,22 @@ impl Loader<'_> {
                 if piece.ok {
                     match order.payload {
                         Payload::Parts => {
-                            self.parts.insert(key, (piece.shape, TensorData::Owned(piece.data)));
+                            let part = Part {
+                                shape: piece.shape,
+                                data: TensorData::Owned(piece.data),
+                                timestamps_s: piece.timestamps_s,
+                            };
+                            self.parts.insert(key, part);
                         }
                         Payload::Samples => {
-                            let data = TensorData::Owned(piece.data);
-                            let sample =
-                                Sample { id: piece.id, shape: piece.shape, tokens: piece.tokens, data };
+                            let sample = Sample {
+                                id: piece.id,
+                                shape: piece.shape,
+                                tokens: piece.tokens,
+                                data: TensorData::Owned(piece.data),
+                                timestamps_s: piece.timestamps_s,
+                                meta: String::new(),
+                            };
                             self.samples.insert((key.step, key.slot), sample);
                         }
                     }
@@ -190,7 +205,7 @@ impl Loader<'_> {
         for spec in specs {
             let mut parts = Vec::with_capacity(spec.parts.len());
             for key in &spec.parts {
-                let (_, data) = self.parts.remove(key).ok_or_else(|| {
+                let part = self.parts.remove(key).ok_or_else(|| {
                     ExecError::Invalid(format!(
                         "rank {}: part {} of sample {} (step {}) is not in hand",
                         self.engine.rank(),
@@ -199,18 +214,27 @@ impl Loader<'_> {
                         spec.step
                     ))
                 })?;
-                parts.push(data);
+                parts.push(part);
             }
+            // The pieces' frames in piece order, and their times with them.
+            let timestamps_s: Vec<f64> = parts.iter().flat_map(|p| p.timestamps_s.iter().copied()).collect();
             let data = if parts.len() == 1 {
-                parts.remove(0)
+                parts.remove(0).data
             } else {
-                let mut bytes = Vec::with_capacity(parts.iter().map(|d| d.len()).sum());
-                for d in &parts {
-                    bytes.extend_from_slice(d);
+                let mut bytes = Vec::with_capacity(parts.iter().map(|p| p.data.len()).sum());
+                for p in &parts {
+                    bytes.extend_from_slice(&p.data);
                 }
                 TensorData::Owned(bytes)
             };
-            let sample = Sample { id: spec.id, shape: spec.shape, tokens: spec.tokens, data };
+            let sample = Sample {
+                id: spec.id,
+                shape: spec.shape,
+                tokens: spec.tokens,
+                data,
+                timestamps_s,
+                meta: String::new(),
+            };
             self.samples.insert((spec.step, spec.slot), sample);
         }
         if split {
