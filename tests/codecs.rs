@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use common::{datahelix, dataset, run};
 use datahelix::descriptor::{Codec, Container, Status};
 use datahelix::index::Index;
-use decode_support::reference;
+use decode_support::assert_decode_matches_reference;
 use serde_json::Value;
 
 fn json(out: &std::process::Output) -> Value {
@@ -59,36 +59,7 @@ fn generated_clips_index_with_their_codec_and_container() {
 #[test]
 fn every_codec_decodes_like_the_ffmpeg_cli() {
     let dir = codecs_dataset();
-    let dump = tempfile::tempdir().unwrap();
-    let doc = json(&run(datahelix()
-        .arg("decode")
-        .arg(&dir)
-        .args(["--json", "--workers", "2", "--dump"])
-        .arg(dump.path())));
-    let samples = doc["samples"].as_array().unwrap();
-    assert_eq!(samples.len(), 8);
-    for s in samples {
-        assert!(s["error"].is_null(), "{s}");
-        let id = s["id"].as_u64().unwrap();
-        let path = dir.join(s["path"].as_str().unwrap());
-        let want = reference(&path);
-        let shape: Vec<usize> =
-            s["shape"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
-        assert_eq!(shape, want.shape, "{}: shape", path.display());
-        let ts: Vec<f64> =
-            s["timestamps_s"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-        assert_eq!(ts.len(), want.timestamps_s.len(), "{}", path.display());
-        for (a, b) in ts.iter().zip(&want.timestamps_s) {
-            assert!(
-                (a - b).abs() < 1e-9,
-                "{}: frame times {ts:?} vs {:?}",
-                path.display(),
-                want.timestamps_s
-            );
-        }
-        let got = std::fs::read(dump.path().join(format!("{id}.rgb"))).unwrap();
-        assert!(got == want.pixels, "{}: not byte-identical to the ffmpeg CLI", path.display());
-    }
+    assert_eq!(assert_decode_matches_reference(&dir, datahelix().arg("decode").arg(&dir)), 8);
 }
 
 #[test]

@@ -251,10 +251,9 @@ pub struct Sample {
     pub meta: String,
 }
 
-/// A decoded piece of a sample in hand (a whole sample is one piece): its shape, bytes and
-/// frame times.
+/// A decoded piece of a sample in hand (a whole sample is one piece): its bytes and frame times
+/// (its shape is the plan's).
 pub(crate) struct Part {
-    shape: [usize; 4],
     data: TensorData,
     timestamps_s: Vec<f64>,
 }

@@ -255,3 +255,36 @@ pub fn mean_abs_diff(a: &[u8], b: &[u8]) -> f64 {
     let s: u64 = a.iter().zip(b).map(|(&x, &y)| (x as i16 - y as i16).unsigned_abs() as u64).sum();
     s as f64 / a.len().max(1) as f64
 }
+
+/// Runs `decode` (a `datahelix decode DIR` command) with `--json --workers 2 --dump` and checks
+/// every sample against [`reference`]: no error, the same shape, frame times (to within an ulp of
+/// JSON's round trip) and bytes. Returns the samples checked.
+pub fn assert_decode_matches_reference(dir: &Path, decode: &mut Command) -> usize {
+    let dump = tempfile::tempdir().unwrap();
+    let out =
+        decode.args(["--json", "--workers", "2", "--dump"]).arg(dump.path()).output().expect("run decode");
+    assert!(out.status.success(), "decode: {}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document on stdout");
+    let samples = doc["samples"].as_array().unwrap();
+    for s in samples {
+        assert!(s["error"].is_null(), "{s}");
+        let id = s["id"].as_u64().unwrap();
+        let path = dir.join(s["path"].as_str().unwrap());
+        let want = reference(&path);
+        let shape: Vec<usize> =
+            s["shape"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
+        assert_eq!(shape, want.shape, "{id} {}: shape", path.display());
+        let ts: Vec<f64> =
+            s["timestamps_s"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        assert_eq!(ts.len(), want.timestamps_s.len(), "{id} {}", path.display());
+        for (a, b) in ts.iter().zip(&want.timestamps_s) {
+            let (p, w) = (path.display(), &want.timestamps_s);
+            assert!((a - b).abs() < 1e-9, "{id} {p}: frame choice {ts:?} vs {w:?}");
+        }
+        let got = std::fs::read(dump.path().join(format!("{id}.rgb"))).unwrap();
+        let mad = mean_abs_diff(&got, &want.pixels);
+        assert!(got == want.pixels, "{id} {}: not byte-identical (mad {mad})", path.display());
+        assert_eq!(s["sha256"].as_str().map(str::len), Some(64), "{s}");
+    }
+    samples.len()
+}

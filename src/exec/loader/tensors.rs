@@ -18,8 +18,7 @@ impl Loader<'_> {
         let (ok, shape) = match outcome.result {
             Ok(Output::Sampled { tensor, decoded }) => {
                 let shape = decoded.shape.dims();
-                let part =
-                    Part { shape, data: TensorData::Pooled(tensor), timestamps_s: decoded.timestamps_s };
+                let part = Part { data: TensorData::Pooled(tensor), timestamps_s: decoded.timestamps_s };
                 self.parts.insert(key, part);
                 (true, shape)
             }
@@ -149,7 +148,6 @@ impl Loader<'_> {
                     match order.payload {
                         Payload::Parts => {
                             let part = Part {
-                                shape: piece.shape,
                                 data: TensorData::Owned(piece.data),
                                 timestamps_s: piece.timestamps_s,
                             };
