@@ -94,10 +94,21 @@ fn a_dataset_indexed_elsewhere_is_read_everywhere_and_left_untouched() {
     let before = listing(data);
 
     if mount.is_some() {
-        // Indexed in place, a read-only dataset is refused with the way out.
-        let o = common::run(common::datahelix().arg("index").arg(data).env_remove("DATAHELIX_INDEX_DIR"));
+        // Without an index folder, a read-only dataset is indexed in the cache, saying so, and
+        // found there by the commands that read it.
+        let cache = tempfile::tempdir().unwrap();
+        let o = common::run(
+            common::datahelix()
+                .arg("index")
+                .arg(data)
+                .env_remove("DATAHELIX_INDEX_DIR")
+                .env("XDG_CACHE_HOME", cache.path()),
+        );
         let e = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success() && e.contains("--index-dir"), "{e}");
+        assert!(o.status.success(), "{e}");
+        assert!(e.contains("cannot be written") && e.contains(cache.path().to_str().unwrap()), "{e}");
+        let from_cache = decoded(data, &[], &[("XDG_CACHE_HOME", cache.path())]).unwrap();
+        assert_eq!(from_cache, decoded(&common::tiny_dataset(), &[], &[]).unwrap());
     }
 
     let o = common::run(

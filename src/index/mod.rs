@@ -44,8 +44,8 @@ pub const INDEX_DIR_ENV: &str = "DATAHELIX_INDEX_DIR";
 
 /// Where the index of dataset `dir` lives: `INDEX_DIR/index` for an index folder given
 /// (`--index-dir`, `index_dir`), else in `DATAHELIX_INDEX_DIR`, else `DIR/.datahelix/index` —
-/// an index folder lets a dataset on read-only storage be indexed elsewhere. An index folder
-/// holds one dataset's index: give each dataset its own.
+/// or, where that does not exist, the index [`build`] wrote to [`cache_index_dir`] because `dir`
+/// could not be written. An index folder holds one dataset's index: give each dataset its own.
 ///
 /// ```
 /// use std::path::Path;
@@ -60,8 +60,29 @@ pub fn index_file(dir: &Path, index_dir: Option<&Path>) -> PathBuf {
     let from_env = || std::env::var_os(INDEX_DIR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
     match index_dir.map(Path::to_path_buf).or_else(from_env) {
         Some(folder) => folder.join("index"),
-        None => dir.join(INDEX_PATH),
+        None => {
+            let inside = dir.join(INDEX_PATH);
+            let cached = || cache_index_dir(dir).map(|c| c.join("index")).filter(|f| f.is_file());
+            if inside.exists() {
+                inside
+            } else {
+                cached().unwrap_or(inside)
+            }
+        }
     }
+}
+
+/// The index folder of a dataset folder that cannot be written, when no index folder is given:
+/// `$XDG_CACHE_HOME/datahelix/indexes/HASH` (else `~/.cache/...`), HASH the first 16 hex digits
+/// of the SHA-256 of `dir`'s canonical path. `None` where `dir` or the cache cannot be found.
+pub fn cache_index_dir(dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let base = var("XDG_CACHE_HOME").or_else(|| var("HOME").map(|h| h.join(".cache")))?;
+    let canonical = std::fs::canonicalize(dir).ok()?;
+    let digest = sha2::Sha256::digest(canonical.as_os_str().as_bytes());
+    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    Some(base.join("datahelix/indexes").join(hash))
 }
 
 /// Why an index could not be opened or read.

@@ -67,6 +67,9 @@ pub struct BuildReport {
     pub seconds: f64,
     /// The index file written.
     pub path: PathBuf,
+    /// Where the index could not be written (the dataset folder is read-only or not ours), when
+    /// it was written to the cache ([`super::cache_index_dir`]) instead.
+    pub could_not_write: Option<PathBuf>,
 }
 
 /// Why the index could not be built at all (bad samples never cause this).
@@ -159,14 +162,40 @@ pub fn build(dir: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError>
     let manifest_sha256: [u8; 32] = sha2::Sha256::digest(&manifest_bytes).into();
     // The metadata first: an index never stands beside metadata older than itself (metadata
     // newer than its index names another manifest, and is refused as stale at open).
-    let meta_path = super::meta::meta_file(&index_path);
-    let texts: Vec<String> = manifest.entries.iter().map(manifest::meta_json).collect();
-    write_atomically(&meta_path, &super::meta::encode(&texts, manifest_sha256))
-        .map_err(|source| BuildError::Write { path: meta_path.clone(), source })?;
-    drop(texts);
-    let bytes = encode_index(&descriptors, &paths, manifest_len, manifest_mtime, manifest_sha256);
-    write_atomically(&index_path, &bytes)
-        .map_err(|source| BuildError::Write { path: index_path.clone(), source })?;
+    let meta_bytes = {
+        let texts: Vec<String> = manifest.entries.iter().map(manifest::meta_json).collect();
+        super::meta::encode(&texts, manifest_sha256)
+    };
+    let index_bytes = encode_index(&descriptors, &paths, manifest_len, manifest_mtime, manifest_sha256);
+    let write = |index_path: &Path| {
+        let meta_path = super::meta::meta_file(index_path);
+        write_atomically(&meta_path, &meta_bytes)
+            .map_err(|source| BuildError::Write { path: meta_path, source })?;
+        write_atomically(index_path, &index_bytes)
+            .map_err(|source| BuildError::Write { path: index_path.to_path_buf(), source })
+    };
+    let mut index_path = index_path;
+    let mut read_only = None;
+    if let Err(e) = write(&index_path) {
+        // A dataset folder that cannot be written, with no index folder given: indexed in the
+        // cache instead, where every command finds it (super::index_file).
+        let chosen =
+            opts.index_dir.is_some() || std::env::var_os(super::INDEX_DIR_ENV).is_some_and(|v| !v.is_empty());
+        let unwritable = matches!(&e, BuildError::Write { source, .. }
+            if matches!(source.kind(), std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied));
+        let cache =
+            super::cache_index_dir(dir).filter(|_| unwritable && !chosen && index_path.starts_with(dir));
+        let Some(cache) = cache else { return Err(e) };
+        let fallback = cache.join("index");
+        write(&fallback)?;
+        tracing::warn!(
+            "{} cannot be written; indexed in {} instead (every command on this machine finds it there; give --index-dir to choose the place)",
+            dir.display(),
+            cache.display()
+        );
+        read_only = Some(index_path);
+        index_path = fallback;
+    }
 
     let mut report = BuildReport {
         count: descriptors.len() + manifest.errors.len(),
@@ -175,6 +204,7 @@ pub fn build(dir: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError>
         probed: results.iter().filter(|(d, r)| !*r && d.status != Status::DuplicateId).count(),
         seconds: started.elapsed().as_secs_f64(),
         path: index_path,
+        could_not_write: read_only,
         ..Default::default()
     };
     for d in descriptors.iter().filter(|d| !d.status.is_ok()) {
