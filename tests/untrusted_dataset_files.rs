@@ -330,6 +330,13 @@ impl Line {
         }
         v.to_string()
     }
+
+    /// The fields DataHelix keeps as the sample's metadata (`Entry::extra`): the caption.
+    fn extra_json(&self) -> Option<Box<str>> {
+        let x = self.extra.as_ref()?;
+        let caption = serde_json::json!({ "text": x, "nested": [[1, 2], {"a": null}] });
+        Some(serde_json::json!({ "caption": caption }).to_string().into_boxed_str())
+    }
 }
 
 fn arb_line() -> impl Strategy<Value = Line> {
@@ -396,7 +403,13 @@ proptest! {
         let want: Vec<Entry> = lines
             .iter()
             .zip(&numbers)
-            .map(|((l, _, _), &line)| Entry { id: l.id, path: l.path.clone(), text_tokens: l.tokens.unwrap_or(0), line, extra: None })
+            .map(|((l, _, _), &line)| Entry {
+                id: l.id,
+                path: l.path.clone(),
+                text_tokens: l.tokens.unwrap_or(0),
+                line,
+                extra: l.extra_json(),
+            })
             .collect();
         prop_assert_eq!(m.entries, want);
     }
