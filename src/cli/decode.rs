@@ -313,10 +313,9 @@ pub fn run(args: DecodeArgs) -> Result<i32, CliError> {
             samples.push(s);
         }
     }
-    let meta = crate::exec::sample_meta::SampleMeta::open(&args.dir, args.index_dir.as_deref())
-        .map_err(|e| CliError::usage(e.to_string()))?;
+    let meta = crate::exec::sample_meta::SampleMeta::open(&index, &args.dir, args.index_dir.as_deref());
     for s in &mut samples {
-        s.meta = serde_json::from_str(&meta.of(s.id)).unwrap_or(serde_json::Value::Null);
+        s.meta = serde_json::from_str(&meta.of(&index, s.id)).unwrap_or(serde_json::Value::Null);
     }
     let failed = samples.iter().filter(|s| s.error.is_some()).count();
     let doc = DecodeJson {

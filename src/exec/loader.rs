@@ -473,7 +473,7 @@ pub struct Loader<'w> {
     pool: Pool,
     group: CpuGroup,
     index: Index,
-    /// Each delivered sample's metadata, by id.
+    /// Each delivered sample's metadata, by id in `index`.
     sample_meta: super::sample_meta::SampleMeta,
     /// The dataset folder, canonical: every decode's path is resolved beneath it.
     root: PathBuf,
@@ -551,7 +551,7 @@ impl<'w> Loader<'w> {
         let ds = opened?;
         verdict.map_err(|e| ExecError::Invalid(format!("rank {rank}: {e}")))?;
         let OpenedDataset { index, ids, dataset, first_step, .. } = ds;
-        let sample_meta = super::sample_meta::SampleMeta::open(&cfg.data, cfg.index_dir.as_deref())?;
+        let sample_meta = super::sample_meta::SampleMeta::open(&index, &cfg.data, cfg.index_dir.as_deref());
         let root = std::fs::canonicalize(index.dir()).map_err(|e| {
             ExecError::Invalid(format!("rank {rank}: the dataset folder {}: {e}", index.dir().display()))
         })?;
@@ -755,7 +755,7 @@ impl<'w> Loader<'w> {
         }
         self.samples.retain(|&(t, _), _| t > s);
         self.parts.retain(|k, _| k.step > s);
-        self.sample_meta.fill(&mut samples);
+        self.sample_meta.fill(&self.index, &mut samples);
         let end = self.now();
         self.span(0, "wait", format!("input step {s}"), call, end);
         Ok(Batch {

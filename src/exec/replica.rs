@@ -37,8 +37,8 @@ const FAILED: u64 = u64::MAX;
 /// One rank of a replica group: the loader on its leader, a receiver elsewhere.
 pub struct ReplicaLoader<'w> {
     leader: Option<Loader<'w>>,
-    /// A follower's lookup of its samples' metadata (the leader's loader has its own).
-    meta: Option<super::sample_meta::SampleMeta>,
+    /// A follower's index and lookup of its samples' metadata (the leader's loader has its own).
+    meta: Option<(crate::index::Index, super::sample_meta::SampleMeta)>,
     group: WorldRef<'w>,
 }
 
@@ -162,8 +162,12 @@ impl<'w> ReplicaLoader<'w> {
         // A follower reads its samples' metadata from its own copy of the index; without one
         // its batches still arrive, their metadata empty.
         let meta = (!leads)
-            .then(|| super::sample_meta::SampleMeta::open(&cfg.data, cfg.index_dir.as_deref()))
-            .and_then(|m| m.map_err(|e| tracing::warn!("replica follower: no sample metadata: {e}")).ok());
+            .then(|| crate::index::Index::open_in(&cfg.data, cfg.index_dir.as_deref()))
+            .and_then(|i| i.map_err(|e| tracing::warn!("replica follower: no sample metadata: {e}")).ok())
+            .map(|index| {
+                let meta = super::sample_meta::SampleMeta::open(&index, &cfg.data, cfg.index_dir.as_deref());
+                (index, meta)
+            });
         let leader = match (leads, dp) {
             (true, Some(dp)) => Some(Loader::new(dp, cfg)),
             (false, None) => None,
@@ -232,8 +236,8 @@ impl<'w> ReplicaLoader<'w> {
                 let mut wire = vec![0u8; len];
                 g.broadcast(0, &mut wire)?;
                 let mut batch = decode(&wire).map_err(ExecError::Invalid)?;
-                if let Some(meta) = &self.meta {
-                    meta.fill(&mut batch.samples);
+                if let Some((index, meta)) = &self.meta {
+                    meta.fill(index, &mut batch.samples);
                 }
                 Ok(batch)
             }

@@ -6,19 +6,18 @@ use std::path::Path;
 
 use super::loader::Sample;
 use crate::index::meta::{meta_file, Meta};
-use crate::index::{index_file, Index, IndexError};
+use crate::index::{index_file, Index};
 
-/// The lookup of one dataset.
+/// The metadata file of one opened index.
 pub(crate) struct SampleMeta {
-    index: Index,
     meta: Option<Meta>,
 }
 
 impl SampleMeta {
-    /// Opens the index of `data` (in `index_dir` when given) and its metadata file. An index
-    /// without one (written by an older build) gives each sample its path only, with a warning.
-    pub(crate) fn open(data: &Path, index_dir: Option<&Path>) -> Result<SampleMeta, IndexError> {
-        let index = Index::open_in(data, index_dir)?;
+    /// Opens the metadata file beside `index` (the index of `data`, in `index_dir` when given).
+    /// An index without one (written by an older build) gives each sample its path only, with a
+    /// warning.
+    pub(crate) fn open(index: &Index, data: &Path, index_dir: Option<&Path>) -> SampleMeta {
         let path = meta_file(&index_file(data, index_dir));
         let meta = match Meta::open(&path, index.manifest_sha256(), index.len()) {
             Ok(m) => Some(m),
@@ -27,23 +26,23 @@ impl SampleMeta {
                 None
             }
         };
-        Ok(SampleMeta { index, meta })
+        SampleMeta { meta }
     }
 
-    /// The metadata of sample `id` as a JSON object's text (`{}` for an id not in the index).
-    pub(crate) fn of(&self, id: u64) -> String {
-        let Some(at) = self.index.position_of(id) else { return "{}".into() };
+    /// The metadata of sample `id` of `index` as a JSON object's text (`{}` for an id not in it).
+    pub(crate) fn of(&self, index: &Index, id: u64) -> String {
+        let Some(at) = index.position_of(id) else { return "{}".into() };
         if let Some(text) = self.meta.as_ref().and_then(|m| m.get(at)) {
             return text.to_owned();
         }
-        let path = self.index.path(at).unwrap_or_default();
+        let path = index.path(at).unwrap_or_default();
         format!("{{\"path\":{}}}", serde_json::Value::String(path.to_owned()))
     }
 
     /// Fills every sample's [`Sample::meta`].
-    pub(crate) fn fill(&self, samples: &mut [Sample]) {
+    pub(crate) fn fill(&self, index: &Index, samples: &mut [Sample]) {
         for s in samples {
-            s.meta = self.of(s.id);
+            s.meta = self.of(index, s.id);
         }
     }
 }
