@@ -33,6 +33,7 @@
 //! |---|---|---|
 //! | manifest, descriptors, header-only probe | [`manifest`], [`descriptor`], [`probe`] | works |
 //! | memory-mapped descriptor index | [`index`] | works |
+//! | WebDataset tar shards, read in place | [`shard`] | works: local folders and brace patterns |
 //! | the protocol's sampler | [`sampler`] | works |
 //! | dataset generator (`datahelix gen`) | [`gen`] | works (drives the `ffmpeg` CLI) |
 //! | sampled-frame decoder, worker pool, decode-cost model | [`decode`] | works |
@@ -64,6 +65,7 @@ pub mod policy;
 pub mod probe;
 pub mod rng;
 pub mod sampler;
+pub mod shard;
 pub mod sim;
 pub mod step;
 pub mod text;

@@ -6,6 +6,7 @@ use std::path::Path;
 use super::ffmpeg::{self, AvError, CodecContext, Frame, Input, Packet, Received, Scaler, StreamInfo};
 use super::sample::{frame_count, output_size, target, Params, Ratio, Strategy};
 use super::split::FrameRange;
+use crate::shard::location::ByteRange;
 
 /// Why a file could not be decoded (this layer's error; the pool adds the sample's id and path).
 #[derive(Debug, thiserror::Error)]
@@ -290,7 +291,21 @@ impl Decoder {
     /// (which decodes an image whole) and in the decoder: the pool passes what its byte budget
     /// can hold, so a picture larger than its header said fails instead of taking that memory.
     pub fn open_within(path: &Path, max_pixels: Option<u64>) -> Result<Decoder, DecodeError> {
-        let mut input = Input::open(path).map_err(DecodeError::Open)?;
+        Self::open_range_within(path, None, max_pixels)
+    }
+
+    /// [`Decoder::open_within`] of the bytes `range` of `path` when given (a member of a tar
+    /// shard, read in place: [`Input::open_range`]).
+    pub fn open_range_within(
+        path: &Path,
+        range: Option<ByteRange>,
+        max_pixels: Option<u64>,
+    ) -> Result<Decoder, DecodeError> {
+        let opened = match range {
+            Some(r) => Input::open_range(path, r),
+            None => Input::open(path),
+        };
+        let mut input = opened.map_err(DecodeError::Open)?;
         input.find_stream_info_within(max_pixels).map_err(DecodeError::Open)?;
         let stream = input.best_video_stream().ok_or(DecodeError::NoVideoStream)?;
         if stream.time_base.0 <= 0 || stream.time_base.1 <= 0 {
@@ -304,7 +319,7 @@ impl Decoder {
         };
         let codec =
             CodecContext::open_within(&input, stream.index, max_pixels).map_err(DecodeError::Codec)?;
-        let file_bytes = std::fs::metadata(path).map_or(0, |m| m.len());
+        let file_bytes = range.map_or_else(|| std::fs::metadata(path).map_or(0, |m| m.len()), |r| r.len);
         let new = |r: Result<Frame, AvError>| r.map_err(DecodeError::Codec);
         Ok(Decoder {
             codec,

@@ -32,6 +32,7 @@ use std::time::Instant;
 use super::clock::thread_cpu_seconds;
 use super::{AllFrames, DecodeError, Decoded, Decoder, FrameRange, Params, Strategy};
 use crate::descriptor::Descriptor;
+use crate::shard::location::{ByteRange, MemberPath};
 
 /// What to decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -569,15 +570,31 @@ fn worker(
     }
 }
 
-/// Checks the file against its descriptor: present, same size, same modification time.
-pub fn check_file(job: &Job) -> Result<(), Failure> {
-    if let Some((root, rel)) = &job.beneath {
-        crate::probe::resolve_beneath(root, rel).map_err(Failure::Refused)?;
+/// Checks the file against its descriptor (present, same size, same modification time) and
+/// says what to open: the file, and the byte range of it when the job's path names a member of
+/// a tar shard ([`MemberPath`]: the shard is checked, and the member must lie inside it).
+pub fn check_file(job: &Job) -> Result<(PathBuf, Option<ByteRange>), Failure> {
+    let member = job.beneath.as_ref().and_then(|(_, rel)| MemberPath::parse(rel));
+    let path = match &job.beneath {
+        Some((root, rel)) => crate::probe::resolve_beneath(root, member.map_or(rel.as_str(), |m| m.shard))
+            .map_err(Failure::Refused)?,
+        None => job.path.clone(),
+    };
+    let meta = std::fs::metadata(&path).map_err(Failure::Missing)?;
+    let range = member.map(|m| m.range);
+    if let Some(r) = range {
+        if r.end().is_none_or(|e| e > meta.len()) {
+            return Err(Failure::Changed(format!(
+                "the shard is {} bytes, the member the index names ends at byte {}",
+                meta.len(),
+                r.offset.saturating_add(r.len)
+            )));
+        }
     }
-    let meta = std::fs::metadata(&job.path).map_err(Failure::Missing)?;
     if let Some(d) = &job.descriptor {
-        if d.bytes != 0 && meta.len() != d.bytes {
-            return Err(Failure::Changed(format!("{} bytes, index says {}", meta.len(), d.bytes)));
+        let len = range.map_or(meta.len(), |r| r.len);
+        if d.bytes != 0 && len != d.bytes {
+            return Err(Failure::Changed(format!("{len} bytes, index says {}", d.bytes)));
         }
         if d.mtime_ns != 0 {
             let m = meta
@@ -592,7 +609,7 @@ pub fn check_file(job: &Job) -> Result<(), Failure> {
             }
         }
     }
-    Ok(())
+    Ok((path, range))
 }
 
 type JobResult = (Result<Output, Failure>, f64, f64);
@@ -617,7 +634,7 @@ fn run_job(
     let (t0, c0) = (Instant::now(), thread_cpu_seconds());
     let mut waited = 0.0;
     let result = (|| -> Result<Option<Output>, Failure> {
-        check_file(job)?;
+        let (path, range) = check_file(job)?;
         // FFmpeg's memory as the index reckons it is held before FFmpeg opens the file (probing
         // an image decodes it whole); a picture that cannot fit is refused unread.
         let least = job.descriptor.as_ref().map_or(0, index_working_bytes);
@@ -628,7 +645,7 @@ fn run_job(
         let Some(held) = buffers.reserve(least) else { return Ok(None) };
         waited += w0.elapsed().as_secs_f64();
         // FFmpeg refuses any picture that could not fit the whole budget as 8-bit RGB.
-        let mut dec = Decoder::open_within(&job.path, Some(buffers.budget as u64 / 3))?;
+        let mut dec = Decoder::open_range_within(&path, range, Some(buffers.budget as u64 / 3))?;
         if let Some(t) = timeout {
             dec.set_deadline(t);
         }

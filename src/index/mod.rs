@@ -21,6 +21,7 @@
 
 pub mod format;
 pub mod meta;
+pub mod source;
 pub mod writer;
 
 use std::fs::File;
@@ -61,7 +62,11 @@ pub fn index_file(dir: &Path, index_dir: Option<&Path>) -> PathBuf {
     match index_dir.map(Path::to_path_buf).or_else(from_env) {
         Some(folder) => folder.join("index"),
         None => {
-            let inside = dir.join(INDEX_PATH);
+            // A brace pattern of shards has an index of its own in its folder, one a pattern.
+            let inside = match crate::shard::pattern::split(dir) {
+                Some((folder, pattern)) => folder.join(".datahelix").join(pattern).join("index"),
+                None => dir.join(INDEX_PATH),
+            };
             let cached = || cache_index_dir(dir).map(|c| c.join("index")).filter(|f| f.is_file());
             if inside.exists() {
                 inside
@@ -79,8 +84,14 @@ pub fn cache_index_dir(dir: &Path) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     let base = var("XDG_CACHE_HOME").or_else(|| var("HOME").map(|h| h.join(".cache")))?;
-    let canonical = std::fs::canonicalize(dir).ok()?;
-    let digest = sha2::Sha256::digest(canonical.as_os_str().as_bytes());
+    let (folder, pattern) =
+        crate::shard::pattern::split(dir).map_or((dir.to_path_buf(), None), |(f, p)| (f, Some(p)));
+    let mut canonical = std::fs::canonicalize(folder).ok()?.into_os_string();
+    if let Some(p) = pattern {
+        canonical.push("/");
+        canonical.push(p);
+    }
+    let digest = sha2::Sha256::digest(canonical.as_bytes());
     let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
     Some(base.join("datahelix/indexes").join(hash))
 }
@@ -171,14 +182,20 @@ impl Index {
 
     /// [`Index::open`] of the index in `index_dir` when given ([`index_file`]).
     pub fn open_in(dir: &Path, index_dir: Option<&Path>) -> Result<Index, IndexError> {
-        let index = Index::open_file(&index_file(dir, index_dir))?.with_dir(dir);
-        let manifest = crate::manifest::find(dir).map_or_else(|_| dir.join(MANIFEST_FILE), |(path, _)| path);
-        let stale = || IndexError::Stale { manifest: manifest.clone(), dir: dir.to_path_buf() };
-        let (len, mtime) = crate::probe::stat(&manifest).map_err(|_| stale())?;
+        let index = Index::open_file(&index_file(dir, index_dir))?.with_dir(&crate::shard::folder_of(dir));
         let h = &index.header;
+        let found = source::Source::find(dir);
+        let listed_in = found.as_ref().map_or_else(|_| dir.join(MANIFEST_FILE), |s| s.name(dir));
+        let stale = || IndexError::Stale { manifest: listed_in.clone(), dir: dir.to_path_buf() };
+        if let Ok(source::Source::Shards(shards)) = &found {
+            let (len, sha) = crate::shard::fingerprint(shards);
+            return if (len, sha) == (h.manifest_len, h.manifest_sha256) { Ok(index) } else { Err(stale()) };
+        }
+        let manifest = &listed_in;
+        let (len, mtime) = crate::probe::stat(manifest).map_err(|_| stale())?;
         if (len, mtime) != (h.manifest_len, h.manifest_mtime_ns) {
             // Touched: compare contents before calling it stale.
-            let sha = sha256_file(&manifest).map_err(|_| stale())?;
+            let sha = sha256_file(manifest).map_err(|_| stale())?;
             if len != h.manifest_len || sha != h.manifest_sha256 {
                 return Err(stale());
             }
@@ -227,7 +244,7 @@ impl Index {
         Ok(h.finalize().into())
     }
 
-    /// The dataset folder.
+    /// The dataset folder (of a brace pattern of shards: the folder holding them).
     pub fn dir(&self) -> &Path {
         &self.dir
     }

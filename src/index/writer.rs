@@ -20,11 +20,13 @@ use rayon::prelude::*;
 use sha2::Digest;
 
 use super::format::{Header, ID_ENTRY_BYTES};
+use super::source::Source;
 use super::Index;
 use crate::descriptor::record::{self, PathRef, RECORD_BYTES};
 use crate::descriptor::{Descriptor, Status};
-use crate::manifest::{self, Entry, LineError};
+use crate::manifest::{self, Entry, LineError, Manifest};
 use crate::probe;
+use crate::shard::{self, location::MemberPath};
 
 /// How to build.
 #[derive(Clone, Debug)]
@@ -114,18 +116,17 @@ pub enum BuildError {
 }
 
 /// Builds (or updates) `dir/.datahelix/index` (or the index of [`BuildOptions::index_dir`])
-/// from the dataset's manifest (`manifest.jsonl`, `.csv` or `.parquet`: [`manifest::find`]).
+/// from the dataset's manifest (`manifest.jsonl`, `.csv` or `.parquet`: [`manifest::find`]),
+/// or from its WebDataset shards ([`crate::shard`]) when it has no manifest.
 pub fn build(dir: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError> {
     let started = Instant::now();
-    let (manifest_path, format) = manifest::find(dir)?;
-    let manifest_err = |source| BuildError::Manifest { path: manifest_path.clone(), source };
-    let manifest_bytes = std::fs::read(&manifest_path).map_err(manifest_err)?;
-    let (manifest_len, manifest_mtime) = probe::stat(&manifest_path)
-        .map_err(|s| manifest_err(std::io::Error::other(format!("manifest is {s}"))))?;
-    let manifest = manifest::parse_as(format, &manifest_bytes)
-        .map_err(|reason| BuildError::ManifestFormat { path: manifest_path.clone(), reason })?;
+    let listed = read_listing(dir)?;
+    // The data path may be a brace pattern of shards: files are found in its folder.
+    let data = dir;
+    let dir = &shard::folder_of(data);
+    let manifest = listed.manifest;
 
-    let index_path = super::index_file(dir, opts.index_dir.as_deref());
+    let index_path = super::index_file(data, opts.index_dir.as_deref());
     let previous = if opts.force { HashMap::new() } else { previous_descriptors(&index_path) };
     let mut seen = HashSet::with_capacity(manifest.entries.len());
     let duplicate: Vec<bool> = manifest.entries.iter().map(|e| !seen.insert(e.id)).collect();
@@ -159,14 +160,14 @@ pub fn build(dir: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError>
 
     let descriptors: Vec<Descriptor> = results.iter().map(|(d, _)| *d).collect();
     let paths: Vec<&str> = manifest.entries.iter().map(|e| e.path.as_str()).collect();
-    let manifest_sha256: [u8; 32] = sha2::Sha256::digest(&manifest_bytes).into();
+    let manifest_sha256 = listed.sha256;
     // The metadata first: an index never stands beside metadata older than itself (metadata
     // newer than its index names another manifest, and is refused as stale at open).
     let meta_bytes = {
         let texts: Vec<String> = manifest.entries.iter().map(manifest::meta_json).collect();
         super::meta::encode(&texts, manifest_sha256)
     };
-    let index_bytes = encode_index(&descriptors, &paths, manifest_len, manifest_mtime, manifest_sha256);
+    let index_bytes = encode_index(&descriptors, &paths, listed.len, listed.mtime_ns, manifest_sha256);
     let write = |index_path: &Path| {
         let meta_path = super::meta::meta_file(index_path);
         write_atomically(&meta_path, &meta_bytes)
@@ -184,7 +185,7 @@ pub fn build(dir: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError>
         let unwritable = matches!(&e, BuildError::Write { source, .. }
             if matches!(source.kind(), std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied));
         let cache =
-            super::cache_index_dir(dir).filter(|_| unwritable && !chosen && index_path.starts_with(dir));
+            super::cache_index_dir(data).filter(|_| unwritable && !chosen && index_path.starts_with(dir));
         let Some(cache) = cache else { return Err(e) };
         let fallback = cache.join("index");
         write(&fallback)?;
@@ -218,6 +219,36 @@ pub fn build(dir: &Path, opts: &BuildOptions) -> Result<BuildReport, BuildError>
     Ok(report)
 }
 
+/// A dataset's entries and what the index header records to notice that they changed.
+struct Listed {
+    manifest: Manifest,
+    /// The manifest's size (the shard listing's, [`shard::fingerprint`]).
+    len: u64,
+    /// The manifest's modification time (0 for shards).
+    mtime_ns: i64,
+    /// The manifest's SHA-256 (the shard listing's).
+    sha256: [u8; 32],
+}
+
+/// Reads the entries of `dir`'s manifest, or of its shards ([`Source::find`]).
+fn read_listing(dir: &Path) -> Result<Listed, BuildError> {
+    let (manifest_path, format) = match Source::find(dir)? {
+        Source::Shards(shards) => {
+            let (len, sha256) = shard::fingerprint(&shards);
+            let manifest = shard::entries(&shard::folder_of(dir), &shards);
+            return Ok(Listed { manifest, len, mtime_ns: 0, sha256 });
+        }
+        Source::Manifest { path, format } => (path, format),
+    };
+    let manifest_err = |source| BuildError::Manifest { path: manifest_path.clone(), source };
+    let bytes = std::fs::read(&manifest_path).map_err(manifest_err)?;
+    let (len, mtime_ns) = probe::stat(&manifest_path)
+        .map_err(|s| manifest_err(std::io::Error::other(format!("manifest is {s}"))))?;
+    let manifest = manifest::parse_as(format, &bytes)
+        .map_err(|reason| BuildError::ManifestFormat { path: manifest_path.clone(), reason })?;
+    Ok(Listed { manifest, len, mtime_ns, sha256: sha2::Sha256::digest(&bytes).into() })
+}
+
 /// Descriptors of the previous index at `index_path` keyed by (id, path), when one can be read.
 fn previous_descriptors(index_path: &Path) -> HashMap<(u64, String), Descriptor> {
     let Ok(old) = Index::open_file(index_path) else { return HashMap::new() };
@@ -246,8 +277,16 @@ fn unchanged(root: &Path, path: &str, old: &Descriptor) -> bool {
     }
     // The path is resolved again: a link swapped to a file outside the folder is re-probed
     // (and refused), even when the file it now leads to has the same size and time.
-    let Ok(file) = probe::resolve_beneath(root, path) else { return false };
-    probe::stat(&file).is_ok_and(|(bytes, mtime_ns)| (bytes, mtime_ns) == (old.bytes, old.mtime_ns))
+    let member = MemberPath::parse(path);
+    let Ok(file) = probe::resolve_beneath(root, member.map_or(path, |m| m.shard)) else { return false };
+    let Ok((bytes, mtime_ns)) = probe::stat(&file) else { return false };
+    match member {
+        // A shard member: the shard unchanged since (its time), the range still inside it.
+        Some(m) => {
+            mtime_ns == old.mtime_ns && m.range.len == old.bytes && m.range.end().is_some_and(|e| e <= bytes)
+        }
+        None => (bytes, mtime_ns) == (old.bytes, old.mtime_ns),
+    }
 }
 
 /// How many files of `dir`'s index changed since indexing (size or modification time, or
@@ -258,7 +297,7 @@ pub fn changed_since_indexing(
     index_dir: Option<&Path>,
 ) -> Result<usize, crate::index::IndexError> {
     let index = Index::open_in(dir, index_dir)?;
-    let Ok(root) = std::fs::canonicalize(dir) else { return Ok(0) };
+    let Ok(root) = std::fs::canonicalize(index.dir()) else { return Ok(0) };
     let mut changed = 0;
     for i in 0..index.len() {
         let d = index.get(i)?;

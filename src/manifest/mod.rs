@@ -39,10 +39,13 @@ pub enum Format {
     Csv,
     /// `manifest.parquet`: a Parquet table with those columns.
     Parquet,
+    /// No manifest file: WebDataset `*.tar` shards, whose samples are read from the tars
+    /// ([`crate::shard`]).
+    WebDataset,
 }
 
 impl Format {
-    /// Every format, in the order [`find`] looks for them.
+    /// Every manifest file format, in the order [`find`] looks for them.
     pub const ALL: [Format; 3] = [Format::Jsonl, Format::Csv, Format::Parquet];
 
     /// The manifest's file name in this format.
@@ -51,6 +54,7 @@ impl Format {
             Format::Jsonl => MANIFEST_FILE,
             Format::Csv => "manifest.csv",
             Format::Parquet => "manifest.parquet",
+            Format::WebDataset => "*.tar",
         }
     }
 
@@ -58,7 +62,7 @@ impl Format {
     fn row_word(self) -> &'static str {
         match self {
             Format::Jsonl | Format::Csv => "line",
-            Format::Parquet => "row",
+            Format::Parquet | Format::WebDataset => "row",
         }
     }
 }
@@ -68,11 +72,14 @@ impl Format {
 #[non_exhaustive]
 pub enum FindError {
     /// None of the manifest files is there.
-    #[error("{dir} has no manifest (manifest.jsonl, manifest.csv or manifest.parquet; see PROTOCOL.md, \"Dataset\"); make one from a folder of media with `datahelix manifest {dir}`")]
+    #[error("{dir} has no manifest (manifest.jsonl, manifest.csv or manifest.parquet; see PROTOCOL.md, \"Dataset\") and no WebDataset *.tar shards; make a manifest from a folder of media with `datahelix manifest {dir}`")]
     None {
         /// The dataset folder.
         dir: PathBuf,
     },
+    /// A brace pattern of shards that cannot be used: malformed, or naming a shard not there.
+    #[error("{0}")]
+    Shards(String),
     /// More than one is there: which one is meant cannot be guessed.
     #[error("{dir} holds more than one manifest ({found}); keep one of them")]
     Several {
@@ -105,6 +112,9 @@ pub fn parse_as(format: Format, bytes: &[u8]) -> Result<Manifest, String> {
         Format::Jsonl => Ok(parse(bytes)),
         Format::Csv => table::parse_csv(bytes),
         Format::Parquet => table::parse_parquet(bytes),
+        Format::WebDataset => {
+            Err("WebDataset shards are read by datahelix::shard, not parsed as a manifest".into())
+        }
     }
 }
 
@@ -138,9 +148,13 @@ pub struct LineError {
 
 impl std::fmt::Display for LineError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.format == Format::WebDataset {
+            // The reason names the shard and the sample's key.
+            return write!(f, "{} (fix or rewrite that sample in its shard)", self.reason);
+        }
         let expected = match self.format {
             Format::Jsonl => "{\"id\": <u64>, \"path\": \"<relative path>\", \"text_tokens\": <u32>}",
-            Format::Csv | Format::Parquet => {
+            Format::Csv | Format::Parquet | Format::WebDataset => {
                 "columns id (u64), path (relative path), text_tokens (u32, optional)"
             }
         };

@@ -2,7 +2,6 @@
 //! as many bytes as its own top-level structure declares? A cut-off download or copy fails this
 //! even when the header that FFmpeg reads is intact (an MP4 with its `moov` first).
 
-use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 
 /// The outcome of a structural check.
@@ -34,7 +33,7 @@ pub fn sniff(head: &[u8]) -> Option<crate::descriptor::Container> {
 }
 
 /// Walks the top-level boxes of an ISO-BMFF (MP4/MOV) file: each box's size must fit.
-pub fn check_mp4(file: &mut File, len: u64) -> std::io::Result<Structure> {
+pub fn check_mp4<F: Read + Seek>(file: &mut F, len: u64) -> std::io::Result<Structure> {
     let mut at = 0u64;
     let mut boxes = 0u32;
     while at < len {
@@ -88,7 +87,7 @@ fn ebml_vint(buf: &[u8], keep_marker: bool) -> Option<(u64, usize, bool)> {
 }
 
 /// Checks a Matroska file: the EBML header, then the Segment whose declared size must fit.
-pub fn check_mkv(file: &mut File, len: u64) -> std::io::Result<Structure> {
+pub fn check_mkv<F: Read + Seek>(file: &mut F, len: u64) -> std::io::Result<Structure> {
     let mut head = [0u8; 64];
     file.seek(SeekFrom::Start(0))?;
     let n = read_up_to(file, &mut head)?;
@@ -122,7 +121,7 @@ pub fn check_mkv(file: &mut File, len: u64) -> std::io::Result<Structure> {
     Ok(if end > len { Structure::Truncated } else { Structure::Whole })
 }
 
-fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+fn read_up_to<F: Read>(file: &mut F, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match file.read(&mut buf[n..])? {
@@ -136,6 +135,7 @@ fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
     use std::io::Write;
 
     fn file_with(bytes: &[u8]) -> (tempfile::NamedTempFile, File) {

@@ -30,6 +30,7 @@ use ffmpeg_sys_next::AVCodecID;
 use crate::decode::ffmpeg::{AvErrorKind, IndexEntry, Input, StreamInfo};
 use crate::descriptor::{Codec, Container, Descriptor, Modality, Status};
 use crate::manifest::Entry;
+use crate::shard::location::{ByteRange, MemberPath, Window};
 use container::Structure;
 
 /// Largest width or height a descriptor accepts: what FFmpeg's decoders take (16384 for most).
@@ -90,9 +91,11 @@ pub fn probe(dir: &Path, entry: &Entry) -> Descriptor {
         manifest_line: entry.line,
         ..Descriptor::default()
     };
+    // A member of a tar shard is probed in place: its byte range of the shard.
+    let member = MemberPath::parse(&entry.path);
     let path = match std::fs::canonicalize(dir)
         .map_err(|_| Status::Unreadable)
-        .and_then(|root| resolve_beneath(&root, &entry.path))
+        .and_then(|root| resolve_beneath(&root, member.map_or(&entry.path, |m| m.shard)))
     {
         Ok(p) => p,
         Err(status) => {
@@ -102,8 +105,12 @@ pub fn probe(dir: &Path, entry: &Entry) -> Descriptor {
     };
     match stat(&path) {
         Ok((bytes, mtime_ns)) => {
-            d.bytes = bytes;
+            d.bytes = member.map_or(bytes, |m| m.range.len);
             d.mtime_ns = mtime_ns;
+            if member.is_some_and(|m| m.range.end().is_none_or(|e| e > bytes)) {
+                d.status = Status::Truncated;
+                return d;
+            }
         }
         Err(status) => {
             d.status = status;
@@ -114,7 +121,12 @@ pub fn probe(dir: &Path, entry: &Entry) -> Descriptor {
         d.status = Status::Empty;
         return d;
     }
-    let mut file = match File::open(&path) {
+    let range = member.map(|m| m.range);
+    let opened = File::open(&path).and_then(|f| match range {
+        Some(r) => Window::range(f, r),
+        None => Window::whole(f),
+    });
+    let mut file = match opened {
         Ok(f) => f,
         Err(_) => {
             d.status = Status::Unreadable;
@@ -131,18 +143,18 @@ pub fn probe(dir: &Path, entry: &Entry) -> Descriptor {
     if let Some(codec) = image::sniff(&head) {
         probe_image(&mut d, codec, &head, &mut file);
     } else {
-        probe_video(&mut d, &path, &head, &mut file);
+        probe_video(&mut d, &path, range, &head, &mut file);
     }
     d
 }
 
-fn read_head(file: &mut File, max: usize) -> std::io::Result<Vec<u8>> {
+fn read_head(file: &mut Window, max: usize) -> std::io::Result<Vec<u8>> {
     let mut head = Vec::with_capacity(max);
     file.by_ref().take(max as u64).read_to_end(&mut head)?;
     Ok(head)
 }
 
-fn read_tail(file: &mut File, len: u64, n: u64) -> std::io::Result<Vec<u8>> {
+fn read_tail(file: &mut Window, len: u64, n: u64) -> std::io::Result<Vec<u8>> {
     let n = n.min(len);
     file.seek(SeekFrom::Start(len - n))?;
     let mut tail = Vec::with_capacity(n as usize);
@@ -150,7 +162,7 @@ fn read_tail(file: &mut File, len: u64, n: u64) -> std::io::Result<Vec<u8>> {
     Ok(tail)
 }
 
-fn probe_image(d: &mut Descriptor, codec: Codec, head: &[u8], file: &mut File) {
+fn probe_image(d: &mut Descriptor, codec: Codec, head: &[u8], file: &mut Window) {
     d.modality = Modality::Image;
     d.codec = codec;
     d.container = if codec == Codec::Jpeg { Container::Jpeg } else { Container::Png };
@@ -228,7 +240,7 @@ fn container_of(format_name: &str) -> Container {
     }
 }
 
-fn structure_of(head: &[u8], file: &mut File, len: u64) -> Structure {
+fn structure_of(head: &[u8], file: &mut Window, len: u64) -> Structure {
     let checked = match container::sniff(head) {
         Some(Container::Mp4) => container::check_mp4(file, len),
         Some(Container::Mkv) => container::check_mkv(file, len),
@@ -237,11 +249,15 @@ fn structure_of(head: &[u8], file: &mut File, len: u64) -> Structure {
     checked.unwrap_or(Structure::Corrupt)
 }
 
-fn probe_video(d: &mut Descriptor, path: &Path, head: &[u8], file: &mut File) {
+fn probe_video(d: &mut Descriptor, path: &Path, range: Option<ByteRange>, head: &[u8], file: &mut Window) {
     let structure = structure_of(head, file, d.bytes);
     let known_container = container::sniff(head);
     d.container = known_container.unwrap_or(Container::Unknown);
-    let mut input = match Input::open(path) {
+    let opened = match range {
+        Some(r) => Input::open_range(path, r),
+        None => Input::open(path),
+    };
+    let mut input = match opened {
         Ok(i) => i,
         Err(e) => {
             d.status = match (structure, known_container, e.kind()) {

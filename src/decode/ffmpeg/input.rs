@@ -9,7 +9,9 @@ use std::time::Instant;
 
 use ffmpeg_sys_next as ff;
 
+use super::io::RangeIo;
 use super::{check, init, AvError, Packet};
+use crate::shard::location::ByteRange;
 
 /// What the container says about one stream, copied out of FFmpeg's structs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +50,9 @@ pub struct Input {
     /// callback through the context's `opaque` pointer, so boxed (it must not move) and dropped
     /// after the context (field order).
     deadline: Box<Deadline>,
+    /// The I/O context of an input opened on a byte range ([`Input::open_range`]): freed after
+    /// the format context is closed (`Drop` closes it before any field is dropped).
+    _io: Option<RangeIo>,
 }
 
 /// A deadline FFmpeg's interrupt callback reads: nanoseconds after [`epoch`], `u64::MAX` for none.
@@ -87,6 +92,21 @@ impl Input {
     /// to [`FORMAT_WHITELIST`] and [`PROTOCOL_WHITELIST`]: any other container or protocol is an
     /// error, whatever the file's bytes or name say.
     pub fn open(path: &Path) -> Result<Input, AvError> {
+        Input::open_with(path, None)
+    }
+
+    /// [`Input::open`] of the bytes `range` of `path`, read as if they were the whole file
+    /// (a member inside a tar shard): FFmpeg reads through a custom I/O context that never
+    /// leaves the range.
+    pub fn open_range(path: &Path, range: ByteRange) -> Result<Input, AvError> {
+        let file = std::fs::File::open(path).map_err(|e| AvError {
+            call: "open (the shard)",
+            code: ff::AVERROR(e.raw_os_error().unwrap_or(libc::EIO)),
+        })?;
+        Input::open_with(path, Some(RangeIo::new(file, range)?))
+    }
+
+    fn open_with(path: &Path, mut io: Option<RangeIo>) -> Result<Input, AvError> {
         init();
         let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| AvError {
             call: "avformat_open_input (path holds a NUL byte)",
@@ -119,6 +139,15 @@ impl Input {
             (*raw).interrupt_callback.callback = Some(interrupted);
             (*raw).interrupt_callback.opaque = (&*deadline as *const Deadline).cast_mut().cast::<c_void>();
         }
+        if let Some(io) = io.as_mut() {
+            // SAFETY: raw is a live context; io outlives it (the Input drops it after closing
+            // the context, and on a failed open FFmpeg frees the context but leaves a custom
+            // pb to us). With a pb set FFmpeg opens no file or protocol itself.
+            unsafe {
+                (*raw).pb = io.as_mut_ptr();
+                (*raw).flags |= ff::AVFMT_FLAG_CUSTOM_IO;
+            }
+        }
         // SAFETY: raw is a context allocated above (FFmpeg takes it over); c_path is NUL-terminated
         // and outlives the call; a NULL format asks FFmpeg to probe (among the whitelisted
         // formats); options is a dictionary it consumes the entries it knows from. On failure
@@ -138,7 +167,7 @@ impl Input {
             call: "avformat_open_input (returned NULL)",
             code: ff::AVERROR(libc::ENOMEM),
         })?;
-        Ok(Input { ctx, path: path.to_path_buf(), deadline })
+        Ok(Input { ctx, path: path.to_path_buf(), deadline, _io: io })
     }
 
     /// From now on FFmpeg's own loops on this input give up (`AVERROR_EXIT`) once `at` passes.

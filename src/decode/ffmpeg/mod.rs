@@ -13,6 +13,7 @@ mod codec;
 mod error;
 mod frame;
 mod input;
+mod io;
 mod scale;
 
 pub use codec::{CodecContext, Received};

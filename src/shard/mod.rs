@@ -1,0 +1,313 @@
+//! WebDataset tar shards as a dataset: a folder of `*.tar` files, or a brace pattern of them
+//! (`data/train-{000000..000127}.tar`, [`pattern`]), one sample a group of members sharing a key
+//! (`000017.mp4`, `000017.json`, `000017.txt`, `000017.cls`), read in place.
+//!
+//! ```no_run
+//! use datahelix::shard::{entries, list};
+//!
+//! let dir = std::path::Path::new("data/shards");
+//! let shards = list(dir)?;
+//! let m = entries(dir, &shards);
+//! for e in &m.entries {
+//!     println!("{} {} {}", e.id, e.path, e.extra.as_deref().unwrap_or("{}"));
+//! }
+//! for bad in &m.errors {
+//!     eprintln!("{bad}");
+//! }
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
+//! Samples are grouped as WebDataset groups them: a member's key is its name up to the first
+//! dot of its last path component, its extension the rest (lower-cased), and consecutive members
+//! with one key make a sample. A sample's media member is its first `.mp4`/`.m4v`/`.mov`/
+//! `.mkv`/`.webm`/`.jpg`/`.jpeg`/`.png`; it is indexed by its byte range in the shard
+//! ([`location::MemberPath`]) and probed and decoded straight from there, never extracted. The
+//! `.json` member's fields, the `.txt` member (as `caption`) and the `.cls` member (as `label`)
+//! become the sample's metadata, with `__key__` and `__shard__`; the json's `id` and
+//! `text_tokens` are the sample's, else the id is a hash of shard name and key ([`id_of`]) and
+//! `text_tokens` the caption's words.
+//!
+//! Nothing in a shard is trusted: a damaged header ends that shard's listing with an error
+//! naming the shard and byte ([`tar::Damage`]), and the samples before it are indexed; a sample
+//! without a media member, with a metadata member that is not what its extension says, or with
+//! one larger than [`MAX_META_BYTES`] is an error naming shard and key; a media member that does
+//! not decode is the probe's to report, like a loose file.
+
+pub mod location;
+pub mod pattern;
+pub mod tar;
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use sha2::Digest;
+
+use crate::manifest::{Entry, Format, LineError, Manifest};
+use location::{ByteRange, MemberPath};
+
+/// Extensions of media members, in the order a sample's media member is chosen.
+pub const MEDIA: [&str; 8] = ["mp4", "m4v", "mov", "mkv", "webm", "jpg", "jpeg", "png"];
+
+/// The largest `.json` / `.txt` / `.cls` member read as metadata.
+pub const MAX_META_BYTES: u64 = 1 << 20;
+
+/// One shard of a dataset folder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// Its path relative to the dataset folder.
+    pub rel: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
+
+/// The shards of dataset folder `dir`: its `*.tar` files (not hidden ones, not in subfolders),
+/// sorted by name. Names holding `#` cannot be indexed and are left out with a warning.
+pub fn list(dir: &Path) -> std::io::Result<Vec<Shard>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with('.') || !name.ends_with(".tar") {
+            continue;
+        }
+        if name.contains('#') {
+            tracing::warn!(
+                "{}: a shard name holding '#' cannot be indexed; rename it",
+                entry.path().display()
+            );
+            continue;
+        }
+        let meta = std::fs::metadata(entry.path())?;
+        if meta.is_file() {
+            out.push(Shard { rel: name.to_owned(), bytes: meta.len() });
+        }
+    }
+    out.sort_by(|a, b| a.rel.cmp(&b.rel));
+    Ok(out)
+}
+
+/// The shards a brace pattern names in `folder` ([`pattern::expand`]), in the pattern's order;
+/// an error naming the first one that is not there (or the pattern's fault).
+pub fn list_pattern(folder: &Path, pattern: &str) -> Result<Vec<Shard>, String> {
+    let names = pattern::expand(pattern)?;
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        if name.contains('#') || !name.ends_with(".tar") {
+            return Err(format!(
+                "{pattern}: {name} is not a shard name (it must end in .tar and hold no '#')"
+            ));
+        }
+        let path = folder.join(&name);
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => out.push(Shard { rel: name, bytes: m.len() }),
+            Ok(_) => return Err(format!("{}: not a file", path.display())),
+            Err(e) => return Err(format!("{} (from {pattern}): {e}", path.display())),
+        }
+    }
+    Ok(out)
+}
+
+/// The folder holding a dataset given as `data`: `data` itself, or the folder of a brace
+/// pattern of shards ([`pattern::split`]).
+pub fn folder_of(data: &Path) -> PathBuf {
+    pattern::split(data).map_or_else(|| data.to_path_buf(), |(folder, _)| folder)
+}
+
+/// What the index records of a shard listing to notice a change: the listing's text (names and
+/// sizes) and its SHA-256. Modification times are not in it; the index's descriptors carry each
+/// shard's, and a touched shard is re-probed ([`crate::index::writer::changed_since_indexing`]).
+pub fn fingerprint(shards: &[Shard]) -> (u64, [u8; 32]) {
+    let text: String = shards.iter().map(|s| format!("{}\t{}\n", s.rel, s.bytes)).collect();
+    (text.len() as u64, sha2::Sha256::digest(text.as_bytes()).into())
+}
+
+/// The id of the sample `key` of `shard` when its json gives none: the first 8 bytes of a
+/// SHA-256 of both, the same on every machine and in every order the shards are listed.
+pub fn id_of(shard: &str, key: &str) -> u64 {
+    let digest = sha2::Sha256::digest(format!("datahelix-webdataset\0{shard}\0{key}").as_bytes());
+    u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
+}
+
+/// The samples of every shard, in shard order then tar order, with `line` the 1-based sample
+/// number over all shards; what cannot be a sample is in `errors`, named by shard and key.
+pub fn entries(dir: &Path, shards: &[Shard]) -> Manifest {
+    let root = std::fs::canonicalize(dir);
+    let per_shard: Vec<Manifest> = shards
+        .par_iter()
+        .map(|s| match &root {
+            Ok(root) => shard_entries(root, s),
+            Err(e) => one_error(&s.rel, format!("cannot resolve the dataset folder: {e}")),
+        })
+        .collect();
+    let mut out = Manifest::default();
+    for mut m in per_shard {
+        for e in &mut m.entries {
+            e.line = u32::try_from(out.entries.len() + 1).unwrap_or(u32::MAX);
+            out.entries.push(std::mem::take(e));
+        }
+        out.errors.append(&mut m.errors);
+    }
+    out
+}
+
+fn one_error(shard: &str, reason: String) -> Manifest {
+    Manifest { entries: Vec::new(), errors: vec![error(shard, None, reason)] }
+}
+
+fn error(shard: &str, key: Option<&str>, reason: String) -> LineError {
+    let at = key.map_or_else(|| shard.to_owned(), |k| format!("{shard}, sample {k}"));
+    LineError { format: Format::WebDataset, line: 0, reason: format!("{at}: {reason}") }
+}
+
+fn shard_entries(root: &Path, shard: &Shard) -> Manifest {
+    let path = match crate::probe::resolve_beneath(root, &shard.rel) {
+        Ok(p) => p,
+        Err(status) => return one_error(&shard.rel, format!("cannot be used: {status}")),
+    };
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) => return one_error(&shard.rel, format!("cannot be read: {e}")),
+    };
+    let listing = match tar::members(&file) {
+        Ok(l) => l,
+        Err(e) => return one_error(&shard.rel, format!("cannot be read: {e}")),
+    };
+    let mut out = Manifest::default();
+    for group in group_by_key(&listing.members) {
+        match sample_of(&file, &shard.rel, &group) {
+            Ok(e) => out.entries.push(e),
+            Err(reason) => out.errors.push(error(&shard.rel, Some(group.key), reason)),
+        }
+    }
+    if let Some(damage) = listing.damage {
+        out.errors.push(error(
+            &shard.rel,
+            None,
+            format!("{damage}; the samples before it are indexed, the rest of the shard is not (rewrite the shard)"),
+        ));
+    }
+    out
+}
+
+/// Consecutive members sharing a key.
+struct Group<'a> {
+    key: &'a str,
+    members: Vec<(&'a str, &'a tar::Member)>,
+}
+
+/// WebDataset's `base_plus_ext`: `dir/stem` up to the first dot of the last component, and the
+/// rest; `None` for a name without a dot there.
+fn key_and_ext(name: &str) -> Option<(&str, &str)> {
+    let base_start = name.rfind('/').map_or(0, |i| i + 1);
+    let dot = base_start + name[base_start..].find('.')?;
+    (dot > base_start).then(|| (&name[..dot], &name[dot + 1..]))
+}
+
+fn group_by_key(members: &[tar::Member]) -> Vec<Group<'_>> {
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    for m in members {
+        let Some((key, ext)) = key_and_ext(&m.name) else { continue };
+        match groups.last_mut() {
+            Some(g) if g.key == key => g.members.push((ext, m)),
+            _ => groups.push(Group { key, members: vec![(ext, m)] }),
+        }
+    }
+    groups
+}
+
+fn sample_of(file: &File, shard: &str, g: &Group<'_>) -> Result<Entry, String> {
+    let lower: Vec<String> = g.members.iter().map(|(ext, _)| ext.to_ascii_lowercase()).collect();
+    for (i, ext) in lower.iter().enumerate() {
+        if lower[..i].contains(ext) {
+            return Err(format!(
+                "two members with the extension .{ext} (each sample's files need distinct names)"
+            ));
+        }
+    }
+    let media = lower
+        .iter()
+        .position(|ext| MEDIA.iter().any(|m| ext == m || ext.ends_with(&format!(".{m}"))))
+        .ok_or_else(|| {
+            format!(
+                "no media member among .{} (a sample needs one of .{})",
+                lower.join(", ."),
+                MEDIA.join(", .")
+            )
+        })?;
+    let read = |ext: &str| -> Result<Option<String>, String> {
+        let Some(k) = lower.iter().position(|e| e == ext) else { return Ok(None) };
+        let m = g.members[k].1;
+        if m.size > MAX_META_BYTES {
+            return Err(format!(
+                "{} is {} bytes, more than the {MAX_META_BYTES} read as metadata",
+                m.name, m.size
+            ));
+        }
+        let mut bytes = vec![0u8; m.size as usize];
+        file.read_exact_at(&mut bytes, m.offset).map_err(|e| format!("cannot read {}: {e}", m.name))?;
+        String::from_utf8(bytes).map(Some).map_err(|_| format!("{} is not UTF-8 text", m.name))
+    };
+    let mut object = match read("json")? {
+        Some(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(serde_json::Value::Object(o)) => o,
+            Ok(_) => return Err(format!("{}.json is JSON but not an object", g.key)),
+            Err(e) => return Err(format!("{}.json is not JSON: {e}", g.key)),
+        },
+        None => serde_json::Map::new(),
+    };
+    let id = match object.remove("id") {
+        None => id_of(shard, g.key),
+        Some(v) => {
+            v.as_u64().ok_or_else(|| format!("{}.json's id {v} is not an unsigned 64-bit integer", g.key))?
+        }
+    };
+    let stated_tokens =
+        match object.remove("text_tokens") {
+            None => None,
+            Some(v) => Some(v.as_u64().and_then(|t| u32::try_from(t).ok()).ok_or_else(|| {
+                format!("{}.json's text_tokens {v} is not an unsigned 32-bit integer", g.key)
+            })?),
+        };
+    let caption = read("txt")?.map(|t| t.trim().to_owned());
+    if let Some(c) = &caption {
+        object.entry("caption").or_insert_with(|| c.clone().into());
+    }
+    if let Some(cls) = read("cls")? {
+        let cls = cls.trim();
+        let label = cls.parse::<i64>().map_or_else(|_| serde_json::Value::from(cls), serde_json::Value::from);
+        object.entry("label").or_insert(label);
+    }
+    object.insert("__key__".into(), g.key.into());
+    object.insert("__shard__".into(), shard.into());
+    let words = caption.as_deref().map_or(0, |c| c.split_whitespace().count());
+    let m = g.members[media].1;
+    Ok(Entry {
+        id,
+        path: MemberPath::format(shard, &m.name, ByteRange { offset: m.offset, len: m.size }),
+        text_tokens: stated_tokens.unwrap_or(u32::try_from(words).unwrap_or(u32::MAX)),
+        line: 0,
+        extra: crate::manifest::extra_object(object),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_as_webdataset_splits_them() {
+        assert_eq!(key_and_ext("a/b/0017.mp4"), Some(("a/b/0017", "mp4")));
+        assert_eq!(key_and_ext("0017.seg.MP4"), Some(("0017", "seg.MP4")));
+        assert_eq!(key_and_ext("d.x/0017"), None);
+        assert_eq!(key_and_ext(".hidden"), None);
+    }
+
+    #[test]
+    fn ids_are_stable_and_distinct() {
+        assert_eq!(id_of("s0.tar", "k"), id_of("s0.tar", "k"));
+        assert_ne!(id_of("s0.tar", "k"), id_of("s1.tar", "k"));
+    }
+}
