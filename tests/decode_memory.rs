@@ -114,6 +114,33 @@ fn the_budget_bounds_peak_memory_with_ffmpeg_included() {
     assert!(peak < own + 320.0, "peak {peak:.0} MiB over the 320 MiB budget and the {own:.0} MiB footprint");
 }
 
+/// A one-hour video with a single keyframe: every sampled frame is a scan from the start (7,200
+/// pictures decoded), and none of it may accumulate: the peak stays within the budget above the
+/// process's own footprint, and the frames delivered span the hour.
+#[test]
+fn an_hour_long_mkv_with_one_keyframe_is_scanned_within_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let one_gop = "-c:v libx264 -preset ultrafast -g 100000 -keyint_min 100000 -sc_threshold 0";
+    ffmpeg(d, &format!("-f lavfi -i testsrc2=size=320x240:rate=2 -t 3600 {one_gop}"), "hour.mkv");
+    ffmpeg(d, &format!("-f lavfi -i testsrc2=size=320x240:rate=2 -t 2 {one_gop}"), "short.mkv");
+    let manifest = "{\"id\": 1, \"path\": \"hour.mkv\", \"text_tokens\": 4}\n\
+                    {\"id\": 2, \"path\": \"short.mkv\", \"text_tokens\": 4}\n";
+    std::fs::write(d.join("manifest.jsonl"), manifest).unwrap();
+    let o = common::run(common::datahelix().arg("index").arg(d));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let own = decode(d, &["--ids", "2", "--budget-mib", "64"])["peak_rss_mib"].as_f64().unwrap();
+    let doc = decode(d, &["--ids", "1", "--budget-mib", "64"]);
+    assert_eq!(error_of(&doc, 1), None);
+    let s = &doc["samples"][0];
+    let times: Vec<f64> = s["timestamps_s"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
+    assert!(times.len() > 1 && times[0] < 600.0 && *times.last().unwrap() > 3000.0, "{times:?}");
+    let peak = doc["peak_rss_mib"].as_f64().unwrap();
+    eprintln!("one-hour MKV, one keyframe, budget 64 MiB: peak {peak:.0} MiB (own footprint {own:.0} MiB)");
+    assert!(peak < own + 64.0, "peak {peak:.0} MiB over the 64 MiB budget and the {own:.0} MiB footprint");
+}
+
 #[test]
 fn a_picture_larger_than_ffmpeg_may_allocate_is_refused_by_ffmpeg_itself() {
     // Without an index (no descriptor), FFmpeg's own max_pixels stops the picture.
