@@ -262,6 +262,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
             decode_cpu_s: batch.decode_cpu_s,
             tokens: batch.samples.iter().map(|s| s.tokens).sum(),
             bytes_in: batch.bytes_in,
+            charged_bytes: Some(loader.charged_bytes() as u64),
             tensor_checksum: args.checksums.then(|| {
                 batch.samples.iter().fold(0u64, |acc, smp| {
                     let mut h = crate::plan::Fnv::default();

@@ -261,7 +261,21 @@ struct BufState {
     free: Vec<Vec<u8>>,
     /// Capacity of every live buffer, free or in use.
     allocated: usize,
+    /// Bytes held outside the pool's buffers that count in its budget: tensors received from
+    /// other ranks ([`Pool::charge`]). They are never waited for (they arrive in a collective);
+    /// decodes wait for them instead, except those the caller waits for ([`Pool::exempt_below`]).
+    charged: usize,
+    /// Jobs with deadlines below this are not held back by `charged` bytes.
+    exempt_below: u64,
     closed: bool,
+}
+
+impl BufState {
+    /// The budget a job of `deadline` finds taken: the pool's buffers, and the charged bytes
+    /// unless it is exempt.
+    fn taken_for(&self, deadline: u64) -> usize {
+        self.allocated + if deadline < self.exempt_below { 0 } else { self.charged }
+    }
 }
 
 impl Buffers {
@@ -269,14 +283,15 @@ impl Buffers {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Holds `bytes` of the budget, waiting until they fit. `None` when the pool is shutting down.
-    fn reserve(self: &Arc<Self>, bytes: usize) -> Option<Reservation> {
+    /// Holds `bytes` of the budget for a job of `deadline`, waiting until they fit. `None` when
+    /// the pool is shutting down.
+    fn reserve(self: &Arc<Self>, bytes: usize, deadline: u64) -> Option<Reservation> {
         let mut st = self.lock();
         loop {
             if st.closed {
                 return None;
             }
-            if st.allocated + bytes <= self.budget {
+            if st.taken_for(deadline) + bytes <= self.budget {
                 st.allocated += bytes;
                 return Some(Reservation { bytes, pool: Arc::clone(self) });
             }
@@ -295,6 +310,7 @@ impl Buffers {
         len: usize,
         working: usize,
         mut held: Reservation,
+        deadline: u64,
     ) -> Option<(Vec<u8>, Reservation)> {
         let mut st = self.lock();
         loop {
@@ -302,7 +318,8 @@ impl Buffers {
                 return None;
             }
             let more = working.saturating_sub(held.bytes);
-            if let Some(b) = self.take(&mut st, len, more) {
+            let charged = st.taken_for(deadline) - st.allocated;
+            if let Some(b) = self.take(&mut st, len, more + charged) {
                 st.allocated += more;
                 held.bytes += more;
                 return Some((b, held));
@@ -340,6 +357,22 @@ impl Buffers {
         None
     }
 
+    /// Counts `bytes` in the budget without waiting, until the returned charge drops.
+    fn charge(self: &Arc<Self>, bytes: usize) -> Charge {
+        self.lock().charged += bytes;
+        Charge { bytes, pool: Arc::clone(self) }
+    }
+
+    /// Lets jobs with deadlines below `deadline` go ahead of the charged bytes (never lowered).
+    fn exempt_below(&self, deadline: u64) {
+        let mut st = self.lock();
+        if deadline > st.exempt_below {
+            st.exempt_below = deadline;
+            drop(st);
+            self.returned.notify_all();
+        }
+    }
+
     /// A buffer of `capacity` bytes left the pool for good ([`Tensor::detach`]).
     fn forget(&self, capacity: usize) {
         let mut st = self.lock();
@@ -360,6 +393,27 @@ impl Buffers {
     fn close(&self) {
         self.lock().closed = true;
         self.returned.notify_all();
+    }
+}
+
+/// Bytes held outside the pool that count in its budget ([`Pool::charge`]); given back on drop.
+pub struct Charge {
+    bytes: usize,
+    pool: Arc<Buffers>,
+}
+
+impl fmt::Debug for Charge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Charge({} bytes)", self.bytes)
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        let mut st = self.pool.lock();
+        st.charged = st.charged.saturating_sub(self.bytes);
+        drop(st);
+        self.pool.returned.notify_all();
     }
 }
 
@@ -441,7 +495,13 @@ impl Pool {
         });
         let buffers = Arc::new(Buffers {
             budget: config.budget_bytes,
-            state: Mutex::new(BufState { free: Vec::new(), allocated: 0, closed: false }),
+            state: Mutex::new(BufState {
+                free: Vec::new(),
+                allocated: 0,
+                charged: 0,
+                exempt_below: 0,
+                closed: false,
+            }),
             returned: Condvar::new(),
         });
         let (tx, results) = mpsc::channel();
@@ -510,6 +570,36 @@ impl Pool {
     /// The byte budget.
     pub fn budget_bytes(&self) -> usize {
         self.buffers.budget
+    }
+
+    /// Counts `bytes` held elsewhere — a tensor received from another rank — in the byte
+    /// budget until the returned [`Charge`] drops. Never waits (what arrives in a collective
+    /// cannot be refused there): decodes wait for the budget instead, except those whose
+    /// deadlines are below [`Pool::exempt_below`].
+    ///
+    /// ```
+    /// use datahelix::decode::pool::{Pool, PoolConfig};
+    ///
+    /// let pool = Pool::new(PoolConfig { workers: 1, budget_bytes: 1 << 20, ..PoolConfig::default() });
+    /// let received = pool.charge(3 << 20); // three times the budget: counted, not refused
+    /// assert_eq!(pool.charged_bytes(), 3 << 20);
+    /// drop(received);
+    /// assert_eq!(pool.charged_bytes(), 0);
+    /// ```
+    pub fn charge(&self, bytes: usize) -> Charge {
+        self.buffers.charge(bytes)
+    }
+
+    /// Bytes charged now ([`Pool::charge`]).
+    pub fn charged_bytes(&self) -> usize {
+        self.buffers.lock().charged
+    }
+
+    /// Jobs with deadlines below `deadline` go ahead of the charged bytes: the jobs the caller
+    /// waits for, so that a decode never waits for bytes only the caller's progress frees (the
+    /// loader passes the step it is about to wait for). Never lowered.
+    pub fn exempt_below(&self, deadline: u64) {
+        self.buffers.exempt_below(deadline);
     }
 }
 
@@ -642,7 +732,7 @@ fn run_job(
             return Err(Failure::TooLarge { need: 0, working: least, budget: buffers.budget });
         }
         let w0 = Instant::now();
-        let Some(held) = buffers.reserve(least) else { return Ok(None) };
+        let Some(held) = buffers.reserve(least, job.deadline) else { return Ok(None) };
         waited += w0.elapsed().as_secs_f64();
         // FFmpeg refuses any picture that could not fit the whole budget as 8-bit RGB.
         let mut dec = Decoder::open_range_within(&path, range, Some(buffers.budget as u64 / 3))?;
@@ -655,7 +745,7 @@ fn run_job(
                 return Err(Failure::TooLarge { need: 0, working, budget: buffers.budget });
             }
             let w0 = Instant::now();
-            let Some((buf, reservation)) = buffers.acquire_with_held(0, working, held) else {
+            let Some((buf, reservation)) = buffers.acquire_with_held(0, working, held, job.deadline) else {
                 return Ok(None);
             };
             waited += w0.elapsed().as_secs_f64();
@@ -678,7 +768,8 @@ fn run_job(
             None => Strategy::Scan,
         });
         let w0 = Instant::now();
-        let Some((mut buf, reservation)) = buffers.acquire_with_held(need, working, held) else {
+        let Some((mut buf, reservation)) = buffers.acquire_with_held(need, working, held, job.deadline)
+        else {
             return Ok(None);
         };
         waited += w0.elapsed().as_secs_f64();
@@ -710,7 +801,13 @@ mod tests {
     fn buffers(budget: usize) -> Arc<Buffers> {
         Arc::new(Buffers {
             budget,
-            state: Mutex::new(BufState { free: Vec::new(), allocated: 0, closed: false }),
+            state: Mutex::new(BufState {
+                free: Vec::new(),
+                allocated: 0,
+                charged: 0,
+                exempt_below: 0,
+                closed: false,
+            }),
             returned: Condvar::new(),
         })
     }
@@ -721,8 +818,48 @@ mod tests {
         }
 
         fn acquire_with(self: &Arc<Self>, len: usize, working: usize) -> Option<(Vec<u8>, Reservation)> {
-            self.acquire_with_held(len, working, Reservation { bytes: 0, pool: Arc::clone(self) })
+            self.acquire_at(len, working, 1 << 32)
         }
+
+        /// For a job of `deadline` (step 1 unless said).
+        fn acquire_at(
+            self: &Arc<Self>,
+            len: usize,
+            working: usize,
+            deadline: u64,
+        ) -> Option<(Vec<u8>, Reservation)> {
+            self.acquire_with_held(len, working, Reservation { bytes: 0, pool: Arc::clone(self) }, deadline)
+        }
+    }
+
+    /// Received tensors count in the budget (issue 18): a decode of a later step waits while
+    /// they hold it, one the caller waits for goes ahead, and neither waits for a charge.
+    #[test]
+    fn received_bytes_hold_back_decodes_except_those_waited_for() {
+        let b = buffers(300);
+        let received = b.charge(250); // never waits, even past the budget
+        let more = b.charge(100);
+        assert_eq!(b.lock().charged, 350);
+        drop(more);
+        let step = |t: u64| t << 32;
+        let later = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || b.acquire_at(100, 0, step(3)).map(|(x, _)| x.len()))
+        };
+        let now = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || b.acquire_at(100, 0, step(2)).map(|(x, _)| x.len()))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!later.is_finished() && !now.is_finished(), "250 received + 100 > 300: both wait");
+        b.exempt_below(step(3)); // the loader now waits for step 2
+        assert_eq!(now.join().unwrap(), Some(100), "a decode the caller waits for goes ahead");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!later.is_finished(), "a later step's decode still waits for the received bytes");
+        drop(received);
+        assert_eq!(later.join().unwrap(), Some(100), "and goes once they are delivered");
+        b.exempt_below(step(1));
+        assert_eq!(b.lock().exempt_below, step(3), "never lowered");
     }
 
     #[test]

@@ -54,7 +54,7 @@ use super::state::{DatasetId, LoaderState};
 use crate::collective::{Collective, CollectiveError};
 use crate::comm::World;
 use crate::cost::accel::{AccelModel, TokenFormula};
-use crate::decode::pool::{Job, Mode, Pool, PoolConfig, Tensor};
+use crate::decode::pool::{Charge, Job, Mode, Pool, PoolConfig, Tensor};
 use crate::decode::sample::Params;
 use crate::decode::split::FrameRange;
 use crate::descriptor::Descriptor;
@@ -208,17 +208,21 @@ pub enum ExecError {
 pub enum TensorData {
     /// In a buffer of this rank's pool (returned when dropped).
     Pooled(Tensor),
-    /// Received from another rank, or put together from pieces.
+    /// Received from another rank, or put together from pieces: counted in this rank's pool
+    /// budget until dropped ([`Pool::charge`]), so that what a rank is sent holds back its own
+    /// decoding ahead instead of adding to it.
+    Received(Vec<u8>, Charge),
+    /// Bytes of their own, outside any budget (a replica's copy, tests).
     Owned(Vec<u8>),
 }
 
 impl TensorData {
-    /// The bytes as a vector of their own, without a copy; a pooled buffer leaves the pool's
-    /// budget ([`Tensor::detach`]).
+    /// The bytes as a vector of their own, without a copy; they leave the pool's budget
+    /// ([`Tensor::detach`]).
     pub fn into_vec(self) -> Vec<u8> {
         match self {
             TensorData::Pooled(t) => t.detach(),
-            TensorData::Owned(v) => v,
+            TensorData::Received(v, _) | TensorData::Owned(v) => v,
         }
     }
 }
@@ -228,7 +232,7 @@ impl std::ops::Deref for TensorData {
     fn deref(&self) -> &[u8] {
         match self {
             TensorData::Pooled(t) => t,
-            TensorData::Owned(v) => v,
+            TensorData::Received(v, _) | TensorData::Owned(v) => v,
         }
     }
 }
@@ -641,6 +645,12 @@ impl<'w> Loader<'w> {
         &self.cfg
     }
 
+    /// Bytes of tensors received from other ranks (or put together from pieces) that count in
+    /// this rank's pool budget now: held by batches not yet dropped and by steps ahead.
+    pub fn charged_bytes(&self) -> usize {
+        self.pool.charged_bytes()
+    }
+
     /// Rebalances run and skipped, bytes received, predicted misses.
     pub fn counters(&self) -> Counters {
         self.engine.counters()
@@ -871,6 +881,11 @@ impl<'w> Loader<'w> {
     /// Waits until these decodes are done or the clock reaches `until_s`, answering peers'
     /// watchdog queries meanwhile (a rank waiting for its decodes is alive, not silent).
     fn await_decodes(&mut self, keys: &[PartKey], until_s: Option<f64>) {
+        // What this thread waits for must not wait for received tensors' budget: only this
+        // thread's progress (and its caller's) frees that.
+        if let Some(last) = keys.iter().map(|k| k.step).max() {
+            self.pool.exempt_below((last + 1) << 32);
+        }
         while !self.engine.all_done(keys) {
             let left = until_s.map_or(f64::INFINITY, |limit| limit - self.now());
             if left <= 0.0 {

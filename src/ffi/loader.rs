@@ -416,6 +416,7 @@ impl dh_loader {
         };
         self.delivered += 1;
         self.counters = self.live()?.counters();
+        let charged = self.live()?.charged_bytes() as u64;
         let now = self.now();
         self.history.push(RankStep {
             rank: self.rank as u32,
@@ -431,6 +432,7 @@ impl dh_loader {
             tokens: batch.samples.iter().map(|s| s.tokens).sum(),
             bytes_in: batch.bytes_in,
             tensor_checksum: None,
+            charged_bytes: Some(charged),
         });
         self.unreported = true;
         Ok(Some(batch))

@@ -51,6 +51,10 @@ pub struct RankStep {
     /// tensor bytes) — equal across backends and policies that deliver the same tensors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor_checksum: Option<u64>,
+    /// Bytes of received (and put-together) tensors counted in this rank's pool budget when
+    /// the step's call returned, its batch in hand (real runs; `None` in the simulator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub charged_bytes: Option<u64>,
 }
 
 /// The protocol's summary of a run (keys are a contract: `shared/CLI.md`).

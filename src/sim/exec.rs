@@ -496,6 +496,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                 tokens: spec.tokens.iter().sum(),
                 bytes_in: spec.bytes_in,
                 tensor_checksum: None,
+                charged_bytes: None,
             });
         }
         // While the accelerators run: plan ahead, then ship near each step's end.

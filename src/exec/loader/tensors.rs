@@ -145,12 +145,11 @@ impl Loader<'_> {
                 }
                 let m = Message { key, id: piece.id, ok: piece.ok, shape: piece.shape, tokens: piece.tokens };
                 if piece.ok {
+                    let charge = self.pool.charge(piece.data.len());
+                    let data = TensorData::Received(piece.data, charge);
                     match order.payload {
                         Payload::Parts => {
-                            let part = Part {
-                                data: TensorData::Owned(piece.data),
-                                timestamps_s: piece.timestamps_s,
-                            };
+                            let part = Part { data, timestamps_s: piece.timestamps_s };
                             self.parts.insert(key, part);
                         }
                         Payload::Samples => {
@@ -158,7 +157,7 @@ impl Loader<'_> {
                                 id: piece.id,
                                 shape: piece.shape,
                                 tokens: piece.tokens,
-                                data: TensorData::Owned(piece.data),
+                                data,
                                 timestamps_s: piece.timestamps_s,
                                 meta: String::new(),
                             };
@@ -223,7 +222,8 @@ impl Loader<'_> {
                 for p in &parts {
                     bytes.extend_from_slice(&p.data);
                 }
-                TensorData::Owned(bytes)
+                let charge = self.pool.charge(bytes.len());
+                TensorData::Received(bytes, charge)
             };
             let sample = Sample {
                 id: spec.id,
