@@ -230,6 +230,29 @@ fn received_tensors_count_in_the_byte_budget_without_deadlock() {
     assert!(moved > 0, "no tensor crossed ranks: the test shows nothing");
 }
 
+/// `--transfer-model measured`: the gate's model comes from an all-to-all-v sweep at start-up,
+/// the same on every rank (`--check-plan` would fail on the first plan that differs), and the
+/// result says which model ran.
+#[test]
+fn a_measured_transfer_model_is_agreed_by_every_rank_and_reported() {
+    let dir = common::tiny_dataset();
+    let out = tempfile::tempdir().unwrap();
+    let result = train(&dir, "helix", &out.path().join("measured.json"), &["--transfer-model", "measured"]);
+    assert_exactly_once(&result, &common::manifest_ids(&dir));
+    let transfer = &result["params"]["transfer"];
+    assert_eq!(transfer["model"], "measured", "{transfer}");
+    let bands = transfer["bands"].as_array().unwrap();
+    assert!(bands.len() >= 2, "one band a message-size class: {transfer}");
+    for b in bands {
+        let (alpha, beta) = (b["alpha_s"].as_f64().unwrap(), b["beta_bytes_per_s"].as_f64().unwrap());
+        assert!(alpha.is_finite() && alpha >= 0.0 && beta.is_finite() && beta > 0.0, "{b}");
+    }
+    assert_eq!(bands.last().unwrap()["up_to_bytes"], u64::MAX, "the last band covers every size");
+    let default = train(&dir, "helix", &out.path().join("default.json"), &[]);
+    assert_eq!(default["params"]["transfer"]["model"], "default");
+    assert_ne!(default["params"]["transfer"]["bands"], transfer["bands"], "nothing was measured");
+}
+
 #[test]
 fn a_missing_dataset_is_a_usage_error() {
     let o = common::run(common::datahelix().args([

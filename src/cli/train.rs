@@ -90,6 +90,10 @@ pub struct TrainArgs {
     /// HCCL device buffers — on the project's emulator where no Ascend device exists).
     #[arg(long, default_value = "mpi")]
     pub backend: String,
+    /// The transfer model of the rebalance gate and placement: `default` (20 µs + 5 GB/s) or
+    /// `measured` (a short all-to-all-v sweep at start-up, the same model on every rank).
+    #[arg(long, default_value = "default", value_parser = ["default", "measured"])]
+    pub transfer_model: String,
     /// Record a checksum of the delivered tensors per rank and step (for comparing backends).
     #[arg(long)]
     pub checksums: bool,
@@ -189,6 +193,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     cfg.cores = cores;
     cfg.job = format!("{job:x}");
     cfg.check_plan = !args.no_check_plan;
+    cfg.measure_transfer = args.transfer_model == "measured";
     cfg.trace = args.trace.is_some();
     let state = match &args.resume {
         Some(path) => Some(read_state_on_rank0(c, path).map_err(CliError::usage)?),
@@ -274,6 +279,14 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     }
     spans.extend(loader.spans().iter().cloned());
     let counters = loader.counters();
+    let transfer_bands: Vec<serde_json::Value> = loader
+        .transfer()
+        .bands
+        .iter()
+        .map(
+            |&(up_to, alpha, beta)| json!({"up_to_bytes": up_to, "alpha_s": alpha, "beta_bytes_per_s": beta}),
+        )
+        .collect();
     if let (Some(path), 0) = (&args.save_state, rank) {
         loader.state().write(path).map_err(|e| fail_job(rank, ranks, e))?;
     }
@@ -314,6 +327,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
             "backend": args.backend,
             "dataset": args.data.display().to_string(),
             "protocol": crate::sampler::PROTOCOL,
+            "transfer": {"model": args.transfer_model, "bands": transfer_bands},
         }),
         records,
         summary,

@@ -71,6 +71,8 @@ pub struct JobFacts<'a> {
     pub split_above_s: Option<f64>,
     /// The skip budget (every rank must end the run at the same point).
     pub max_skip_rate: f64,
+    /// The transfer model measured at open (a dozen collectives every rank must issue).
+    pub measure_transfer: bool,
 }
 
 impl Fingerprint {
@@ -100,6 +102,7 @@ impl Fingerprint {
             ("check_plan", job.check_plan as u64),
             ("split_above_s", job.split_above_s.map_or(u64::MAX, f64::to_bits)),
             ("max_skip_rate", job.max_skip_rate.to_bits()),
+            ("measure_transfer", job.measure_transfer as u64),
         ])
     }
 
@@ -122,6 +125,7 @@ impl Fingerprint {
             check_plan: false,
             split_above_s: None,
             max_skip_rate: 0.0,
+            measure_transfer: false,
         });
         f.fields.iter_mut().for_each(|f| f.1 = 0);
         f
@@ -160,7 +164,7 @@ fn show(name: &str, value: u64) -> String {
         }
         "split_above_s" if value == u64::MAX => "automatic".into(),
         "split_above_s" => format!("{}", f64::from_bits(value)),
-        "check_plan" => if value == 1 { "on" } else { "off" }.into(),
+        "check_plan" | "measure_transfer" => if value == 1 { "on" } else { "off" }.into(),
         _ => value.to_string(),
     }
 }
@@ -322,6 +326,7 @@ mod tests {
             check_plan: true,
             split_above_s: None,
             max_skip_rate: 0.01,
+            measure_transfer: false,
         };
         let a = Fingerprint::of(&facts("helix"));
         assert_eq!(a, Fingerprint::of(&facts("helix")), "a pure function of the facts");

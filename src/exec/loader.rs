@@ -108,8 +108,13 @@ pub struct LoaderConfig {
     pub token_formula: TokenFormula,
     /// The accelerator model before any measurement.
     pub accel_prior: AccelModel,
-    /// The transfer model.
+    /// The transfer model the rebalance gate and placement start from (replaced by a measured
+    /// one with `measure_transfer`).
     pub transfer: TransferCost,
+    /// Measure the transfer model at open ([`measure_transfer_model`]): a short all-to-all-v
+    /// sweep, the same model on every rank. Off by default: the constant of
+    /// [`policy::default_transfer`].
+    pub measure_transfer: bool,
     /// All-reduce every round's plan hash (and the sequence of collectives) and fail on a mismatch:
     /// 8 bytes a step, on by default.
     pub check_plan: bool,
@@ -155,6 +160,7 @@ impl LoaderConfig {
             token_formula: TokenFormula::Tokens,
             accel_prior: AccelModel { c0: 0.01, a: 1e-6, b: 0.0 },
             transfer: policy::default_transfer(),
+            measure_transfer: false,
             check_plan: true,
             trace: false,
             split_above_s: None,
@@ -411,6 +417,26 @@ impl Loader<'_> {
     }
 }
 
+/// Per-peer message sizes of the transfer calibration: eager, mid-size and bulk messages.
+const TRANSFER_SIZES: [usize; 4] = [1 << 10, 64 << 10, 512 << 10, 2 << 20];
+
+/// The transfer model of this world's links, measured: all-to-all-v exchanges of each of
+/// [`TRANSFER_SIZES`] bytes to every peer, timed three times after a warm-up, the times
+/// max-reduced over ranks and fitted per size band (`collective::cost::TransferModel`), then
+/// rank 0's model broadcast, so every rank plans with the same one. About a dozen collectives,
+/// milliseconds on a host's shared memory. **Collective.**
+pub fn measure_transfer_model(world: &dyn Collective) -> Result<TransferCost, ExecError> {
+    use crate::collective::cost::TransferModel;
+    let model = TransferModel::calibrate(world, &TRANSFER_SIZES, 3)
+        .and_then(|m| m.agree(world))
+        .map_err(|e| ExecError::Invalid(format!("rank {}: {e}", world.rank())))?;
+    // The model's bands hold sizes below their bound; the planner's, sizes up to theirs.
+    let up_to = |max: u64| if max == u64::MAX { u64::MAX } else { max.saturating_sub(1) };
+    Ok(TransferCost {
+        bands: model.bands.iter().map(|b| (up_to(b.max_bytes), b.alpha_s, b.beta_bytes_per_s)).collect(),
+    })
+}
+
 /// Re-probes the files that changed since the dataset was indexed (size or modification time:
 /// a dataset copied or touched after `datahelix index`), so that they are decoded instead of
 /// skipped at every epoch. **Collective**: an all-reduce of "some file changed here", then, if
@@ -548,6 +574,7 @@ impl<'w> Loader<'w> {
                 check_plan: cfg.check_plan,
                 split_above_s: cfg.split_above_s,
                 max_skip_rate: cfg.max_skip_rate,
+                measure_transfer: cfg.measure_transfer,
             }),
             Err(_) => Fingerprint::unready(),
         };
@@ -555,6 +582,10 @@ impl<'w> Loader<'w> {
         let ds = opened?;
         verdict.map_err(|e| ExecError::Invalid(format!("rank {rank}: {e}")))?;
         let OpenedDataset { index, ids, dataset, first_step, .. } = ds;
+        let mut cfg = cfg;
+        if cfg.measure_transfer {
+            cfg.transfer = measure_transfer_model(world.get())?;
+        }
         let sample_meta = super::sample_meta::SampleMeta::open(&index, &cfg.data, cfg.index_dir.as_deref());
         let root = std::fs::canonicalize(index.dir()).map_err(|e| {
             ExecError::Invalid(format!("rank {rank}: the dataset folder {}: {e}", index.dir().display()))
@@ -638,6 +669,11 @@ impl<'w> Loader<'w> {
     /// Decode workers on this rank.
     pub fn workers_here(&self) -> u32 {
         self.workers_here
+    }
+
+    /// The transfer model the planner uses: the configured one, or the one measured at open.
+    pub fn transfer(&self) -> &TransferCost {
+        &self.cfg.transfer
     }
 
     /// The configuration it runs with.

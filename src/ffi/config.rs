@@ -38,6 +38,7 @@ pub(crate) const KEYS: &[&str] = &[
     "job",
     "check_plan",
     "split_above_s",
+    "transfer_model",
     "max_frames",
     "max_pixels",
     "collective_timeout_s",
@@ -119,6 +120,13 @@ impl dh_config {
             }
             "job" => l.job = value.to_string(),
             "check_plan" => l.check_plan = boolean(key, value)?,
+            "transfer_model" => {
+                l.measure_transfer = match value.trim() {
+                    "default" => false,
+                    "measured" => true,
+                    _ => return Err(invalid(key, value, "expected default or measured")),
+                }
+            }
             "split_above_s" => {
                 let v: f64 = value.trim().parse().map_err(|_| invalid(key, value, "expected seconds"))?;
                 if !(v.is_finite() && v >= 0.0) {
@@ -248,7 +256,9 @@ pub extern "C" fn dh_config_from_file(path: *const c_char, config_out: *mut *mut
 /// limit), `warmup` (first steps left out of `dh_loader_metrics`), `lookahead`, `budget_mib`,
 /// `cpu_budget` (`true`/`false`: confine decode workers to a cgroup), `cores`, `job`,
 /// `check_plan` (`true`/`false`), `split_above_s` (placement policies: decode every sample
-/// predicted longer than this many seconds in pieces), `max_frames`, `max_pixels`,
+/// predicted longer than this many seconds in pieces), `transfer_model` (`default`: 20 µs +
+/// 5 GB/s; `measured`: an all-to-all-v sweep at `dh_loader_new`, the same model on every rank),
+/// `max_frames`, `max_pixels`,
 /// `collective_timeout_s` (the
 /// collectives' watchdog, see `dh_loader_next`), `decode_timeout_s` (the most one sample's
 /// decode may take before it is skipped with a reason; default 60, 0: no limit),
