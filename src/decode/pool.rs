@@ -279,6 +279,12 @@ impl BufState {
 }
 
 impl Buffers {
+    /// Empty buffers of `budget` bytes in all.
+    fn new(budget: usize) -> Buffers {
+        let state = BufState { free: Vec::new(), allocated: 0, charged: 0, exempt_below: 0, closed: false };
+        Buffers { budget, state: Mutex::new(state), returned: Condvar::new() }
+    }
+
     fn lock(&self) -> MutexGuard<'_, BufState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -373,21 +379,23 @@ impl Buffers {
         }
     }
 
-    /// A buffer of `capacity` bytes left the pool for good ([`Tensor::detach`]).
-    fn forget(&self, capacity: usize) {
-        let mut st = self.lock();
-        st.allocated = st.allocated.saturating_sub(capacity);
-        drop(st);
+    /// Changes the state to give budget back, and wakes every waiter to look again.
+    fn give_back(&self, change: impl FnOnce(&mut BufState)) {
+        change(&mut self.lock());
         self.returned.notify_all();
     }
 
+    /// A buffer of `capacity` bytes left the pool for good ([`Tensor::detach`]).
+    fn forget(&self, capacity: usize) {
+        self.give_back(|st| st.allocated = st.allocated.saturating_sub(capacity));
+    }
+
     fn release(&self, buf: Vec<u8>) {
-        let mut st = self.lock();
-        if buf.capacity() > 0 {
-            st.free.push(buf);
-        }
-        drop(st);
-        self.returned.notify_all();
+        self.give_back(|st| {
+            if buf.capacity() > 0 {
+                st.free.push(buf);
+            }
+        });
     }
 
     fn close(&self) {
@@ -410,10 +418,8 @@ impl fmt::Debug for Charge {
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        let mut st = self.pool.lock();
-        st.charged = st.charged.saturating_sub(self.bytes);
-        drop(st);
-        self.pool.returned.notify_all();
+        let bytes = self.bytes;
+        self.pool.give_back(|st| st.charged = st.charged.saturating_sub(bytes));
     }
 }
 
@@ -425,10 +431,8 @@ struct Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        let mut st = self.pool.lock();
-        st.allocated = st.allocated.saturating_sub(self.bytes);
-        drop(st);
-        self.pool.returned.notify_all();
+        let bytes = self.bytes;
+        self.pool.give_back(|st| st.allocated = st.allocated.saturating_sub(bytes));
     }
 }
 
@@ -493,17 +497,7 @@ impl Pool {
             state: Mutex::new(QueueState { heap: BinaryHeap::new(), seq: 0, closed: false, paused }),
             ready: Condvar::new(),
         });
-        let buffers = Arc::new(Buffers {
-            budget: config.budget_bytes,
-            state: Mutex::new(BufState {
-                free: Vec::new(),
-                allocated: 0,
-                charged: 0,
-                exempt_below: 0,
-                closed: false,
-            }),
-            returned: Condvar::new(),
-        });
+        let buffers = Arc::new(Buffers::new(config.budget_bytes));
         let (tx, results) = mpsc::channel();
         let threads = (0..config.workers.max(1))
             .map(|i| {
@@ -799,17 +793,7 @@ mod tests {
     use super::*;
 
     fn buffers(budget: usize) -> Arc<Buffers> {
-        Arc::new(Buffers {
-            budget,
-            state: Mutex::new(BufState {
-                free: Vec::new(),
-                allocated: 0,
-                charged: 0,
-                exempt_below: 0,
-                closed: false,
-            }),
-            returned: Condvar::new(),
-        })
+        Arc::new(Buffers::new(budget))
     }
 
     impl Buffers {
