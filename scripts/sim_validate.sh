@@ -47,7 +47,9 @@ mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
   OMPI_MCA_hwloc_base_binding_policy=none OMPI_MCA_btl=self,vader,tcp \
   OMPI_MCA_btl_vader_single_copy_mechanism=none
-policies=(rank-local actor-pool post-balance helix-batching helix-placement helix)
+# POLICIES="rank-local post-balance" checks some of them (rank-local is what DECODE_SCALE=auto
+# measures the machine's factor on: keep it in).
+read -r -a policies <<<"${POLICIES:-rank-local actor-pool post-balance helix-batching helix-placement helix}"
 links=${LINKS:-auto}
 if [ "$links" = auto ] && [ "${REAL:-run}" = reuse ] && [ -f "$out/links.json" ]; then
   links=$out/links.json

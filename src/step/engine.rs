@@ -74,7 +74,7 @@ enum Waiting {
     Agree { steps: Vec<u64> },
     Parts,
     Samples { step: u64, expected: HashSet<(usize, u32)> },
-    Sizes { step: u64 },
+    Sizes { step: u64, per_rank: usize },
 }
 
 /// One rank's step engine (see the module docs for the schedule it follows).
@@ -529,16 +529,27 @@ impl Engine {
                     Ok(None)
                 }
                 policy::AfterDecode::TokenBalance => {
-                    let mine: Vec<u8> = self
+                    // One all-gather of fixed size, as the loaders post-balance stands for
+                    // gather their lengths: every rank's entries padded to the most slots any
+                    // rank trains in the plan (an all-gather-v would be two collectives, and
+                    // both sit on the input path).
+                    let per_rank =
+                        agreed.plan_of(step).map_or(0, |p| p.owned.iter().map(Vec::len).max().unwrap_or(0));
+                    let mut mine: Vec<u8> = self
                         .held
                         .range((step, 0)..=(step, u32::MAX))
+                        .take(per_rank)
                         .flat_map(|(&(_, k), h)| {
                             let bytes = h.shape.iter().product::<usize>() as u64;
                             [k as u64, h.tokens, bytes].into_iter().flat_map(u64::to_le_bytes)
                         })
                         .collect();
-                    self.waiting = Some(Waiting::Sizes { step });
-                    Ok(Some(Action::GatherV(mine)))
+                    let padding = [NO_SLOT, 0, 0].into_iter().flat_map(u64::to_le_bytes);
+                    while mine.len() < per_rank * super::SIZE_ENTRY_BYTES {
+                        mine.extend(padding.clone());
+                    }
+                    self.waiting = Some(Waiting::Sizes { step, per_rank });
+                    Ok(Some(Action::Gather(mine)))
                 }
             },
             Stage::MoveSamples { step, decision } => Ok(Some(self.move_samples(agreed, step, &decision))),
@@ -848,14 +859,30 @@ impl Engine {
                     }
                 }
             }
-            (Waiting::Sizes { step }, Event::GatheredV(blocks)) => {
+            (Waiting::Sizes { step, per_rank }, Event::Gathered(all)) => {
+                let block = per_rank * super::SIZE_ENTRY_BYTES;
+                if all.len() != block * self.ranks {
+                    return Err(protocol(format!(
+                        "rank {me}: step {step}'s sizes are {} bytes, {} ranks of {per_rank} entries make {}",
+                        all.len(),
+                        self.ranks,
+                        block * self.ranks
+                    )));
+                }
                 let decision = agreed.token_balance(step, || {
                     let mut decoded = Vec::new();
-                    for (r, block) in blocks.iter().enumerate() {
+                    for (r, block) in all.chunks_exact(block.max(1)).enumerate() {
                         for c in block.chunks_exact(super::SIZE_ENTRY_BYTES) {
                             let v =
                                 |at: usize| u64::from_le_bytes(c[at..at + 8].try_into().unwrap_or([0; 8]));
-                            decoded.push(Decoded { id: v(0), owner: r as u32, tokens: v(8), bytes: v(16) });
+                            if v(0) != NO_SLOT {
+                                decoded.push(Decoded {
+                                    id: v(0),
+                                    owner: r as u32,
+                                    tokens: v(8),
+                                    bytes: v(16),
+                                });
+                            }
                         }
                     }
                     decoded
@@ -869,6 +896,9 @@ impl Engine {
         Ok(())
     }
 }
+
+/// The slot of a padding entry in post-balance's gathered sizes.
+const NO_SLOT: u64 = u64::MAX;
 
 /// The whole shape a sample of `p` is decoded to: its pieces' frames added up.
 fn planned_shape(p: &Planned, slot: u32) -> Option<[usize; 4]> {
