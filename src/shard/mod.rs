@@ -80,9 +80,12 @@ pub fn list(dir: &Path) -> std::io::Result<Vec<Shard>> {
             );
             continue;
         }
-        let meta = std::fs::metadata(entry.path())?;
-        if meta.is_file() {
-            out.push(Shard { rel: name.to_owned(), bytes: meta.len() });
+        match std::fs::metadata(entry.path()) {
+            Ok(meta) if meta.is_file() => out.push(Shard { rel: name.to_owned(), bytes: meta.len() }),
+            Ok(_) => {} // a folder named *.tar
+            // A link to nothing, or a file that cannot be read: listed, so that indexing names
+            // it ([`entries`]) instead of the folder seeming to hold no shards.
+            Err(_) => out.push(Shard { rel: name.to_owned(), bytes: 0 }),
         }
     }
     out.sort_by(|a, b| a.rel.cmp(&b.rel));
@@ -303,6 +306,22 @@ mod tests {
         assert_eq!(key_and_ext("0017.seg.MP4"), Some(("0017", "seg.MP4")));
         assert_eq!(key_and_ext("d.x/0017"), None);
         assert_eq!(key_and_ext(".hidden"), None);
+    }
+
+    /// A dangling link among the shards is named at indexing; the other shards are read.
+    #[test]
+    fn a_shard_that_cannot_be_read_is_named_and_the_others_are_indexed() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("a.mp4"), b"not really a video").unwrap();
+        let tar = std::process::Command::new("tar").current_dir(d).args(["-cf", "s0.tar", "a.mp4"]).status();
+        assert!(tar.unwrap().success());
+        std::os::unix::fs::symlink(d.join("gone.tar"), d.join("s1.tar")).unwrap();
+        let shards = list(d).unwrap();
+        assert_eq!(shards.iter().map(|s| s.rel.as_str()).collect::<Vec<_>>(), ["s0.tar", "s1.tar"]);
+        let m = entries(d, &shards);
+        assert_eq!(m.entries.len(), 1, "{:?}", m.errors);
+        assert!(m.errors.len() == 1 && m.errors[0].to_string().contains("s1.tar"), "{:?}", m.errors);
     }
 
     #[test]
