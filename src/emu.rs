@@ -23,6 +23,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::metrics::AccelTerms;
 use crate::sampler::splitmix64;
 
 /// A model profile `{c0, a, b, sigma}` in seconds.
@@ -73,8 +74,17 @@ impl Profile {
 
     /// The emulated step seconds of `rank` at `step` for the delivered samples' tokens.
     pub fn step_seconds(&self, tokens: &[u64], seed: u64, step: u64, rank: u64) -> f64 {
-        let base = self.c0 + tokens.iter().map(|&t| self.sample_seconds(t)).sum::<f64>();
-        base * (self.sigma * z(seed, step, rank)).exp()
+        let t = self.step_terms(tokens, seed, step, rank);
+        (t.fixed_s + t.work_s) * t.noise
+    }
+
+    /// The terms of [`Profile::step_seconds`]: `c0`, the samples' noise-free seconds, the noise.
+    pub fn step_terms(&self, tokens: &[u64], seed: u64, step: u64, rank: u64) -> AccelTerms {
+        AccelTerms {
+            fixed_s: self.c0,
+            work_s: tokens.iter().map(|&t| self.sample_seconds(t)).sum(),
+            noise: (self.sigma * z(seed, step, rank)).exp(),
+        }
     }
 }
 

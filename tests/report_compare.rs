@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use datahelix::metrics::table::CompareReport;
-use datahelix::metrics::{summarize, RankStep, TrainResult};
+use datahelix::metrics::{summarize, RankStep, RunShape, TrainResult};
 use serde_json::{json, Value};
 
 const RANKS: u32 = 4;
@@ -51,7 +51,8 @@ fn synthetic(
         }
         start = end;
     }
-    let mut summary = summarize(&records, WARMUP, RANKS as usize, 2.0);
+    let shape = RunShape { warmup: WARMUP, ranks: RANKS as usize, cores: 2.0, lookahead: 2 };
+    let mut summary = summarize(&records, shape);
     summary.rebalances_run = rebalances.0;
     summary.rebalances_skipped = rebalances.1;
     summary.bytes_moved = bytes_moved;

@@ -16,7 +16,7 @@ use crate::exec::emulated::EmulatedAccelerator;
 use crate::exec::loader::{Loader, LoaderConfig};
 use crate::exec::state::LoaderState;
 use crate::metrics::trace::{write_trace, RankMeta};
-use crate::metrics::{summarize, RankStep, Span, TrainResult};
+use crate::metrics::{summarize, RankStep, RunShape, Span, TrainResult};
 use crate::policy::Policy;
 
 /// Run emulated training steps and measure the input pipeline (PROTOCOL.md).
@@ -264,6 +264,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
             start_s,
             end_s,
             max_sample_gpu_s: accel.max_sample_seconds(&batch),
+            accel: accel.last_terms(),
             decode_cpu_s: batch.decode_cpu_s,
             tokens: batch.samples.iter().map(|s| s.tokens).sum(),
             bytes_in: batch.bytes_in,
@@ -307,7 +308,8 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         spans.extend(s);
     }
     records.sort_by_key(|r| (r.step, r.rank));
-    let mut summary = summarize(&records, args.warmup, ranks, cores);
+    let shape = RunShape { warmup: args.warmup, ranks, cores, lookahead: args.lookahead as u64 };
+    let mut summary = summarize(&records, shape);
     summary.rebalances_run = counters.rebalances_run;
     summary.rebalances_skipped = counters.rebalances_skipped;
     summary.bytes_moved = records.iter().filter(|r| r.step >= args.warmup).map(|r| r.bytes_in).sum();

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::loader::{Accelerator, Batch};
 use crate::emu::Profile;
+use crate::metrics::AccelTerms;
 
 /// One rank's emulated accelerator.
 #[derive(Clone, Debug)]
@@ -23,17 +24,23 @@ pub struct EmulatedAccelerator {
     rank: u64,
     started: Option<Instant>,
     seconds: f64,
+    terms: Option<AccelTerms>,
 }
 
 impl EmulatedAccelerator {
     /// The accelerator of `rank` under `profile`, noise drawn from `seed`.
     pub fn new(profile: Profile, seed: u64, rank: usize) -> EmulatedAccelerator {
-        EmulatedAccelerator { profile, seed, rank: rank as u64, started: None, seconds: 0.0 }
+        EmulatedAccelerator { profile, seed, rank: rank as u64, started: None, seconds: 0.0, terms: None }
     }
 
     /// The emulated seconds of the step launched last.
     pub fn last_seconds(&self) -> f64 {
         self.seconds
+    }
+
+    /// The terms of the step launched last (None before the first).
+    pub fn last_terms(&self) -> Option<AccelTerms> {
+        self.terms
     }
 
     /// The largest single sample's noise-free seconds in `batch`.
@@ -45,7 +52,9 @@ impl EmulatedAccelerator {
 impl Accelerator for EmulatedAccelerator {
     fn launch(&mut self, batch: &Batch) -> Result<(), String> {
         let tokens: Vec<u64> = batch.samples.iter().map(|s| s.tokens).collect();
-        self.seconds = self.profile.step_seconds(&tokens, self.seed, batch.step, self.rank);
+        let terms = self.profile.step_terms(&tokens, self.seed, batch.step, self.rank);
+        self.seconds = (terms.fixed_s + terms.work_s) * terms.noise;
+        self.terms = Some(terms);
         self.started = Some(Instant::now());
         Ok(())
     }

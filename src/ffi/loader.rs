@@ -15,7 +15,7 @@ use crate::comm::mpi::raw::RawComm;
 use crate::comm::mpi::{CallerComm, MpiWorld};
 use crate::comm::{self, World};
 use crate::exec::loader::{Accelerator, Batch, Counters, ExecError, Loader};
-use crate::metrics::{summarize, RankStep};
+use crate::metrics::{summarize, RankStep, RunShape};
 
 /// `dh_tensor.dtype`: unsigned 8-bit integers (packed RGB24 frames).
 pub const DH_DTYPE_U8: u8 = 0;
@@ -124,6 +124,7 @@ pub struct dh_loader {
     steps: u64,
     warmup: u64,
     cores: f64,
+    lookahead: u64,
     delivered: u64,
     t0: Instant,
     history: Vec<RankStep>,
@@ -248,8 +249,7 @@ fn open_loader(config: &dh_config, comm: Option<CallerComm>) -> Result<dh_loader
     };
     let mpi = matches!(world, World::Mpi(_));
     let (rank, size) = (world.collective().rank(), world.collective().size());
-    let cores = cfg.cores;
-    let steps = cfg.steps;
+    let (cores, steps, lookahead) = (cfg.cores, cfg.steps, cfg.lookahead as u64);
     let loader = match &config.resume {
         Some(state) => Loader::resume(world, cfg, state),
         None => Loader::new(world, cfg),
@@ -268,6 +268,7 @@ fn open_loader(config: &dh_config, comm: Option<CallerComm>) -> Result<dh_loader
         } else {
             std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
         },
+        lookahead,
         // Steps count globally: a resumed loader has delivered those before its state's next.
         delivered: config.resume.as_ref().map_or(0, |s| s.next_step),
         t0: Instant::now(),
@@ -428,6 +429,7 @@ impl dh_loader {
             start_s,
             end_s: now,
             max_sample_gpu_s: 0.0,
+            accel: None,
             decode_cpu_s: batch.decode_cpu_s,
             tokens: batch.samples.iter().map(|s| s.tokens).sum(),
             bytes_in: batch.bytes_in,
@@ -534,7 +536,8 @@ impl dh_loader {
                 last.end_s = self.now();
             }
         }
-        let s = summarize(&history, self.warmup, 1, self.cores);
+        let shape = RunShape { warmup: self.warmup, ranks: 1, cores: self.cores, lookahead: self.lookahead };
+        let s = summarize(&history, shape);
         let measured = history.iter().filter(|r| r.step >= self.warmup);
         let (mut total_wait_s, mut accel_s, mut bytes_in) = (0.0, 0.0, 0);
         for r in measured {

@@ -2,20 +2,21 @@
 //! (`shared/bench/PROTOCOL.md`, "What is measured"; JSON shape in `shared/CLI.md`, `train`).
 //!
 //! ```
-//! use datahelix::metrics::{summarize, RankStep};
+//! use datahelix::metrics::{summarize, RankStep, RunShape};
 //!
 //! let rec = |rank, step, wait: f64, start: f64| RankStep {
 //!     rank, step, input_wait_s: wait, gpu_s: 0.1, start_s: start, end_s: start + 0.1 + wait,
 //!     ids: vec![step * 2 + rank as u64], ..RankStep::default()
 //! };
 //! let records = vec![rec(0, 0, 0.5, 0.0), rec(1, 0, 0.0, 0.0), rec(0, 1, 0.0, 0.6), rec(1, 1, 0.02, 0.6)];
-//! let s = summarize(&records, 1, 2, 2.0);
+//! let s = summarize(&records, RunShape { warmup: 1, ranks: 2, cores: 2.0, lookahead: 2 });
 //! assert_eq!(s.miss_rate, 0.5);       // of the measured step's two ranks, one waited > 1 ms
 //! assert!((s.throughput - 2.0 / 0.12).abs() < 1e-9); // 2 samples in 0.12 s
 //! ```
 
 use serde::{Deserialize, Serialize};
 
+pub mod bound;
 pub mod plots;
 pub mod table;
 pub mod trace;
@@ -39,8 +40,12 @@ pub struct RankStep {
     pub start_s: f64,
     /// When the step's gradient all-reduce finished on this rank.
     pub end_s: f64,
-    /// Accelerator seconds of the largest single sample in this rank's batch.
+    /// Noise-free accelerator seconds of the largest single sample in this rank's batch.
     pub max_sample_gpu_s: f64,
+    /// The emulated accelerator's terms of this step (`gpu_s = (fixed_s + work_s) × noise`);
+    /// `None` for a real accelerator. The sound bound uses them ([`bound`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accel: Option<AccelTerms>,
     /// CPU seconds this rank's decode workers spent on samples of this step.
     pub decode_cpu_s: f64,
     /// Tokens delivered.
@@ -55,6 +60,31 @@ pub struct RankStep {
     /// the step's call returned, its batch in hand (real runs; `None` in the simulator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub charged_bytes: Option<u64>,
+}
+
+/// The emulated accelerator's step of one rank: `(fixed_s + work_s) × noise` seconds
+/// (`shared/bench/PROTOCOL.md`, "Emulated accelerator").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AccelTerms {
+    /// The profile's per-step constant `c0`.
+    pub fixed_s: f64,
+    /// `Σ (a·tokens + b·tokens²)` over the delivered samples.
+    pub work_s: f64,
+    /// The realised noise `exp(σ z(seed, step, rank))`.
+    pub noise: f64,
+}
+
+/// What a run's summary needs besides its records.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RunShape {
+    /// Steps before this one are warm-up, not measured.
+    pub warmup: u64,
+    /// Ranks.
+    pub ranks: usize,
+    /// Cores of the decode budget, all ranks together.
+    pub cores: f64,
+    /// Steps decoded ahead of the one in training.
+    pub lookahead: u64,
 }
 
 /// The protocol's summary of a run (keys are a contract: `shared/CLI.md`).
@@ -72,7 +102,8 @@ pub struct Summary {
     pub p95_wait_s: f64,
     /// Largest input wait.
     pub max_wait_s: f64,
-    /// Ideal-bound wall time over actual wall time of the measured steps.
+    /// The sound bound's wall time over the actual wall time of the measured steps
+    /// ([`bound`]): at most 1 for any schedule.
     pub efficiency: f64,
     /// Rebalancing all-to-alls run.
     pub rebalances_run: u64,
@@ -88,12 +119,13 @@ pub struct Summary {
     pub skipped: u64,
     /// Wall seconds of the measured steps.
     pub wall_s: f64,
-    /// Ideal-bound seconds of the measured steps.
+    /// The sound bound on the wall time of the measured steps ([`bound::wall_bound`]).
     pub ideal_s: f64,
-    /// The accelerator's part of the ideal bound: Σ over steps of max(Σ gpu / R, largest sample).
+    /// The accelerator's part of the bound: Σ over steps of the least accelerator time of any
+    /// split of the step's batch under its realised noise ([`bound::step_accel`]).
     pub accel_bound_s: f64,
-    /// The CPU budget's part of the ideal bound: Σ over steps of decode CPU / cores. Above
-    /// `accel_bound_s`, no loader can keep the accelerators busy on this budget.
+    /// Σ over steps of decode CPU / cores. Above `accel_bound_s`, no loader can keep the
+    /// accelerators busy on this budget.
     pub cpu_bound_s: f64,
     /// Per measured step, the largest input wait over ranks.
     pub step_max_wait_s: Vec<f64>,
@@ -109,14 +141,12 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
 }
 
-/// Summarises the records of steps `warmup..` of a run of `ranks` ranks whose CPU budget had
-/// `cores` cores. Rebalance counters and bytes moved are filled in by the caller.
-///
-/// The ideal bound of a step is `max(Σ gpu / R, largest single sample's gpu, Σ decode CPU /
-/// cores)`: no schedule finishes the step faster on this accelerator work and CPU budget.
-pub fn summarize(records: &[RankStep], warmup: u64, ranks: usize, cores: f64) -> Summary {
-    let measured: Vec<&RankStep> = records.iter().filter(|r| r.step >= warmup).collect();
-    if measured.is_empty() || ranks == 0 {
+/// Summarises the records of the measured steps (`shape.warmup..`) of a run. Rebalance
+/// counters and bytes moved are filled in by the caller. `efficiency` is the sound bound
+/// ([`bound`]) over the measured wall time.
+pub fn summarize(records: &[RankStep], shape: RunShape) -> Summary {
+    let measured: Vec<&RankStep> = records.iter().filter(|r| r.step >= shape.warmup).collect();
+    if measured.is_empty() || shape.ranks == 0 {
         return Summary::default();
     }
     let mut waits: Vec<f64> = measured.iter().map(|r| r.input_wait_s.max(0.0)).collect();
@@ -131,23 +161,17 @@ pub fn summarize(records: &[RankStep], warmup: u64, ranks: usize, cores: f64) ->
     let mut steps: Vec<u64> = measured.iter().map(|r| r.step).collect();
     steps.sort_unstable();
     steps.dedup();
-    let (mut ideal, mut accel_bound, mut cpu_bound) = (0.0, 0.0, 0.0);
+    let cores = shape.cores.max(1e-9);
+    let mut per_step = Vec::with_capacity(steps.len());
     let mut step_max_wait = Vec::with_capacity(steps.len());
     for &s in &steps {
-        let of_step = measured.iter().filter(|r| r.step == s);
-        let (mut gpu, mut largest, mut cpu, mut wait) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
-        for r in of_step {
-            gpu += r.gpu_s;
-            largest = largest.max(r.max_sample_gpu_s);
-            cpu += r.decode_cpu_s;
-            wait = wait.max(r.input_wait_s);
-        }
-        let (accel, cpu) = ((gpu / ranks as f64).max(largest), cpu / cores.max(1e-9));
-        ideal += accel.max(cpu);
-        accel_bound += accel;
-        cpu_bound += cpu;
-        step_max_wait.push(wait);
+        let of_step: Vec<&RankStep> = measured.iter().copied().filter(|r| r.step == s).collect();
+        let (accel_s, floor_s) = bound::step_accel(&of_step, shape.ranks);
+        let cpu_s: f64 = of_step.iter().map(|r| r.decode_cpu_s).sum();
+        per_step.push(bound::StepBound { step: s, accel_s, floor_s, cpu_s });
+        step_max_wait.push(of_step.iter().map(|r| r.input_wait_s).fold(0.0, f64::max));
     }
+    let ideal = bound::wall_bound(&per_step, cores, shape.lookahead);
     Summary {
         throughput: delivered as f64 / wall,
         miss_rate: waits.iter().filter(|&&w| w > 0.001).count() as f64 / n,
@@ -161,8 +185,8 @@ pub fn summarize(records: &[RankStep], warmup: u64, ranks: usize, cores: f64) ->
         skipped,
         wall_s: wall,
         ideal_s: ideal,
-        accel_bound_s: accel_bound,
-        cpu_bound_s: cpu_bound,
+        accel_bound_s: per_step.iter().map(|b| b.accel_s).sum(),
+        cpu_bound_s: per_step.iter().map(|b| b.cpu_s).sum::<f64>() / cores,
         step_max_wait_s: step_max_wait,
         ..Summary::default()
     }
@@ -203,16 +227,21 @@ mod tests {
             end_s: 1.0,
             ..Default::default()
         };
+        let shape = |lookahead| RunShape { warmup: 0, ranks: 2, cores: 2.0, lookahead };
         // Accelerator-bound: (0.4 + 0.2) / 2 = 0.3.
-        let s = summarize(&[r(0, 0.4, 0.1, 0.1), r(1, 0.2, 0.1, 0.1)], 0, 2, 2.0);
+        let s = summarize(&[r(0, 0.4, 0.1, 0.1), r(1, 0.2, 0.1, 0.1)], shape(2));
         assert!((s.ideal_s - 0.3).abs() < 1e-12);
         // One huge sample binds: 0.5.
-        let s = summarize(&[r(0, 0.5, 0.5, 0.1), r(1, 0.0, 0.0, 0.1)], 0, 2, 2.0);
+        let s = summarize(&[r(0, 0.5, 0.5, 0.1), r(1, 0.0, 0.0, 0.1)], shape(2));
         assert!((s.ideal_s - 0.5).abs() < 1e-12);
-        // CPU-bound: 3 CPU-seconds on 2 cores = 1.5.
-        let s = summarize(&[r(0, 0.1, 0.1, 2.0), r(1, 0.1, 0.1, 1.0)], 0, 2, 2.0);
+        // 3 CPU-seconds on 2 cores: the first measured step's decoding may have run during the
+        // warm-up (its window opened before it) — the accelerator binds; with no lookahead the
+        // step's decoding starts with the step: 1.5 s.
+        let s = summarize(&[r(0, 0.1, 0.1, 2.0), r(1, 0.1, 0.1, 1.0)], shape(2));
+        assert!((s.ideal_s - 0.1).abs() < 1e-12);
+        assert!((s.cpu_bound_s - 1.5).abs() < 1e-12);
+        let s = summarize(&[r(0, 0.1, 0.1, 2.0), r(1, 0.1, 0.1, 1.0)], shape(0));
         assert!((s.ideal_s - 1.5).abs() < 1e-12);
-        assert!((s.efficiency - 1.5).abs() < 1e-12); // wall 1 s: the records are inconsistent, not the math
     }
 }
 

@@ -25,7 +25,7 @@ use crate::decode::sample::Params;
 use crate::descriptor::Descriptor;
 use crate::emu::Profile;
 use crate::exec::exchange::HEADER;
-use crate::metrics::{summarize, RankStep, Summary};
+use crate::metrics::{summarize, RankStep, RunShape, Summary};
 use crate::plan::record::RECORD_BYTES;
 use crate::plan::TransferCost;
 use crate::policy::Policy;
@@ -475,7 +475,8 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
             let spec =
                 rank.delivered.take().ok_or_else(|| format!("rank {r}: step {s} delivered nothing"))?;
             let hand = rank.t + cfg.step_overhead_s;
-            let gpu_s = cfg.profile.step_seconds(&spec.tokens, cfg.seed, s, r as u64);
+            let terms = cfg.profile.step_terms(&spec.tokens, cfg.seed, s, r as u64);
+            let gpu_s = (terms.fixed_s + terms.work_s) * terms.noise;
             rank.t = hand;
             ends[r] = hand + gpu_s;
             step_records.push(RankStep {
@@ -492,6 +493,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                     .iter()
                     .map(|&t| cfg.profile.sample_seconds(t))
                     .fold(0.0, f64::max),
+                accel: Some(terms),
                 decode_cpu_s: spec.decode_cpu_s,
                 tokens: spec.tokens.iter().sum(),
                 bytes_in: spec.bytes_in,
@@ -520,7 +522,8 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         now = next;
     }
     let cores: f64 = cfg.cores.iter().sum();
-    let mut summary = summarize(&out, cfg.warmup, r_n, cores);
+    let shape = RunShape { warmup: cfg.warmup, ranks: r_n, cores, lookahead: cfg.lookahead as u64 };
+    let mut summary = summarize(&out, shape);
     let counters = cluster.ranks[0].engine.counters();
     summary.rebalances_run = counters.rebalances_run;
     summary.rebalances_skipped = counters.rebalances_skipped;
