@@ -158,15 +158,15 @@ pub fn summarize(records: &[RankStep], shape: RunShape) -> Summary {
     let delivered: u64 = measured.iter().map(|r| r.ids.len() as u64).sum();
     let skipped: u64 = measured.iter().map(|r| r.skipped.len() as u64).sum();
 
-    let mut steps: Vec<u64> = measured.iter().map(|r| r.step).collect();
-    steps.sort_unstable();
-    steps.dedup();
+    let mut by_step: std::collections::BTreeMap<u64, Vec<&RankStep>> = Default::default();
+    for r in &measured {
+        by_step.entry(r.step).or_default().push(r);
+    }
     let cores = shape.cores.max(1e-9);
-    let mut per_step = Vec::with_capacity(steps.len());
-    let mut step_max_wait = Vec::with_capacity(steps.len());
-    for &s in &steps {
-        let of_step: Vec<&RankStep> = measured.iter().copied().filter(|r| r.step == s).collect();
-        let (accel_s, floor_s) = bound::step_accel(&of_step, shape.ranks);
+    let mut per_step = Vec::with_capacity(by_step.len());
+    let mut step_max_wait = Vec::with_capacity(by_step.len());
+    for (&s, of_step) in &by_step {
+        let (accel_s, floor_s) = bound::step_accel(of_step, shape.ranks);
         let cpu_s: f64 = of_step.iter().map(|r| r.decode_cpu_s).sum();
         per_step.push(bound::StepBound { step: s, accel_s, floor_s, cpu_s });
         step_max_wait.push(of_step.iter().map(|r| r.input_wait_s).fold(0.0, f64::max));
@@ -180,7 +180,7 @@ pub fn summarize(records: &[RankStep], shape: RunShape) -> Summary {
         p95_wait_s: quantile(&waits, 0.95),
         max_wait_s: *waits.last().unwrap_or(&0.0),
         efficiency: ideal / wall,
-        steps: steps.len() as u64,
+        steps: by_step.len() as u64,
         delivered,
         skipped,
         wall_s: wall,
