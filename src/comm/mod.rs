@@ -28,6 +28,18 @@ pub mod watchdog;
 /// Exit status of a job the watchdog (or a failed collective) aborted.
 pub const EXIT_ABORTED: i32 = 3;
 
+/// Writes `message` and a newline to stderr in one write: a launcher that tags or merges the
+/// ranks' output (`mpirun --tag-output`, a cluster's log collector) cuts a message written in
+/// pieces — `eprintln!` writes each formatted piece on its own — wherever another rank's output
+/// comes between them. For the last words before an abort, which someone has to read whole.
+pub(crate) fn say_whole(message: &str) {
+    use std::io::Write;
+    let mut line = String::with_capacity(message.len() + 1);
+    line.push_str(message);
+    line.push('\n');
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
 /// Default watchdog timeout: generous, so that only a dead or stuck job trips it.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 

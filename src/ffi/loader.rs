@@ -174,13 +174,13 @@ extern "C" fn finalize_at_exit() {
         let wait_ms = FINALIZE_WAIT_MS.load(std::sync::atomic::Ordering::Relaxed).max(1000);
         let _ = std::thread::Builder::new().name("datahelix-finalize-watch".into()).spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(wait_ms));
-            eprintln!(
+            comm::say_whole(&format!(
                 "datahelix: MPI_Finalize at exit did not return within the {:.1} s collective timeout: \
                  another rank is still inside a loader call or never reached its exit. Exiting with \
                  status {} instead of waiting.",
                 wait_ms as f64 / 1e3,
                 comm::EXIT_ABORTED
-            );
+            ));
             // SAFETY: _exit ends the process at once; nothing of this process runs after it.
             unsafe { libc::_exit(comm::EXIT_ABORTED) };
         });

@@ -609,13 +609,13 @@ fn join_dup(
             return Ok(comm);
         }
         if start.elapsed() > config.timeout {
-            eprintln!(
+            crate::comm::say_whole(&format!(
                 "datahelix: creating the loader's communicators (MPI_Comm_idup of {of}) did not complete \
                  within the {:.1} s collective timeout: some rank never started creating its loader — it \
                  failed before (look for its error above), exited, or is stuck elsewhere. Aborting the \
                  job (exit {EXIT_ABORTED}).",
                 config.timeout.as_secs_f64()
-            );
+            ));
             raw::abort(EXIT_ABORTED);
         }
         std::thread::sleep(Duration::from_micros(200));
