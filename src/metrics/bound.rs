@@ -54,7 +54,7 @@
 //! included): it bounds schedules that do the same decoding work, and it can only undercount
 //! (a decode filed after its step was reported is not counted), which keeps it a bound.
 
-use super::RankStep;
+use super::{AccelTerms, RankStep};
 
 /// What the bound needs of one measured step.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -75,7 +75,8 @@ pub fn step_accel(records: &[&RankStep], ranks: usize) -> (f64, f64) {
     let largest = records.iter().map(|r| r.max_sample_gpu_s).fold(0.0, f64::max);
     let terms: Option<Vec<_>> = records.iter().map(|r| r.accel).collect();
     match terms {
-        Some(t) if !t.is_empty() && t.len() >= ranks => {
+        // Terms read from a peer's record are used only when they can be an emulator's.
+        Some(t) if !t.is_empty() && t.len() >= ranks && t.iter().all(plausible) => {
             let c0 = t.iter().map(|x| x.fixed_s).fold(0.0, f64::max);
             let work: f64 = t.iter().map(|x| x.work_s).sum();
             let harmonic: f64 = t.iter().map(|x| 1.0 / x.noise.max(1e-300)).sum();
@@ -91,11 +92,15 @@ pub fn step_accel(records: &[&RankStep], ranks: usize) -> (f64, f64) {
     }
 }
 
+fn plausible(t: &AccelTerms) -> bool {
+    [t.fixed_s, t.work_s].iter().all(|x| x.is_finite() && *x >= 0.0) && t.noise.is_finite() && t.noise > 0.0
+}
+
 /// The least wall time of the measured steps (ascending, consecutive or not) on `cores` cores
 /// of decoding with `lookahead` steps decoded ahead (module docs).
 pub fn wall_bound(steps: &[StepBound], cores: f64, lookahead: u64) -> f64 {
     let cores = cores.max(1e-9);
-    // ready[k]: the bound on ready(steps[k].step); cpu_before[k]: CPU of steps[..k] / cores.
+    // ready[k]: the bound on ready(steps[k].step); cpu_before: CPU of the steps so far / cores.
     let mut ready: Vec<f64> = Vec::with_capacity(steps.len() + 1);
     let mut cpu_before = 0.0f64;
     // The best `ready(a − L) − CPU(steps before a) / C` over the windows opened so far.
@@ -118,7 +123,6 @@ pub fn wall_bound(steps: &[StepBound], cores: f64, lookahead: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::AccelTerms;
 
     fn rec(noise: f64, work: f64, largest: f64) -> RankStep {
         RankStep {
@@ -143,6 +147,20 @@ mod tests {
         // One sample larger than the rest binds on the fastest rank.
         let (a, b) = (rec(1.0, 2.0, 2.0), rec(2.0, 0.0, 0.0));
         assert!((step_accel(&[&a, &b], 2).0 - 2.1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn terms_no_emulator_could_give_fall_back_to_the_measured_times() {
+        let good = rec(1.0, 0.6, 0.1);
+        for noise in [f64::NAN, 0.0, -1.0, f64::INFINITY] {
+            let bad = RankStep {
+                accel: Some(AccelTerms { fixed_s: 0.1, work_s: 0.6, noise }),
+                ..rec(1.0, 0.6, 0.1)
+            };
+            let (accel, floor) = step_accel(&[&good, &bad], 2);
+            assert!((accel - 0.7).abs() < 1e-12, "noise {noise}: {accel}"); // (0.7 + 0.7) / 2
+            assert_eq!(floor, 0.0);
+        }
     }
 
     #[test]
