@@ -297,7 +297,8 @@ impl Buffers {
             if st.closed {
                 return None;
             }
-            if st.taken_for(deadline) + bytes <= self.budget {
+            let charged = st.taken_for(deadline) - st.allocated;
+            if self.make_room(&mut st, bytes + charged) {
                 st.allocated += bytes;
                 return Some(Reservation { bytes, pool: Arc::clone(self) });
             }
@@ -350,17 +351,29 @@ impl Buffers {
                 return Some(b);
             }
         }
-        while st.allocated + len + extra > self.budget && !st.free.is_empty() {
-            let i = (0..st.free.len()).max_by_key(|&i| (st.free[i].capacity(), i)).unwrap_or(0);
-            let b = st.free.swap_remove(i);
-            st.allocated -= b.capacity();
-        }
-        if st.allocated + len + extra <= self.budget {
+        if self.make_room(st, len + extra) {
             let b = vec![0u8; len];
             st.allocated += b.capacity();
             return Some(b);
         }
         None
+    }
+
+    /// Whether `bytes` more fit the budget, after dropping free buffers (largest first) where
+    /// that is what makes them fit. Free buffers count in `allocated` but nobody will give them
+    /// back: a wait that they alone block never ends. Drops none when even dropping all would
+    /// not be enough (they stay for reuse).
+    fn make_room(&self, st: &mut BufState, bytes: usize) -> bool {
+        let free: usize = st.free.iter().map(Vec::capacity).sum();
+        if (st.allocated - free).saturating_add(bytes) > self.budget {
+            return false;
+        }
+        while st.allocated + bytes > self.budget {
+            let i = (0..st.free.len()).max_by_key(|&i| (st.free[i].capacity(), i)).unwrap_or(0);
+            let b = st.free.swap_remove(i);
+            st.allocated -= b.capacity();
+        }
+        true
     }
 
     /// Counts `bytes` in the budget without waiting, until the returned charge drops.
@@ -862,6 +875,45 @@ mod tests {
         b.close();
         assert!(b.acquire(100).is_none(), "closed pools hand out nothing");
         drop(z);
+    }
+
+    /// Free buffers count in the budget until dropped: a decode's FFmpeg memory, reserved
+    /// before its buffer, must drop them too. It waited for ever once (a 4-rank run at 4 MiB:
+    /// one worker, its step's decode blocked by buffers of tensors already delivered).
+    #[test]
+    fn reserving_working_memory_drops_free_buffers_that_hold_the_budget() {
+        let b = buffers(250);
+        let (x, y) = (b.acquire(100).unwrap(), b.acquire(100).unwrap());
+        b.release(x);
+        b.release(y);
+        let reserving = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || b.reserve(200, 1 << 32))
+        };
+        let t0 = Instant::now();
+        while !reserving.is_finished() && t0.elapsed().as_secs() < 5 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(reserving.is_finished(), "200 bytes wait for ever behind 200 bytes of free buffers");
+        let held = reserving.join().unwrap().expect("two free buffers dropped make room");
+        let st = b.lock();
+        assert_eq!((st.allocated, st.free.len()), (200, 0));
+        drop(st);
+        drop(held);
+        let z = b.acquire(100).unwrap();
+        b.release(z);
+        let _received = b.charge(200);
+        // 100 free + 200 charged + 100 > 250, and dropping the free buffer would not be enough:
+        // it stays for reuse while the reservation waits.
+        let waiting = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || b.reserve(100, 1 << 32).map(|r| r.bytes))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!waiting.is_finished());
+        assert_eq!(b.lock().free.len(), 1, "not dropped in vain");
+        drop(_received);
+        assert_eq!(waiting.join().unwrap(), Some(100));
     }
 
     #[test]
