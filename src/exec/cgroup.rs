@@ -72,6 +72,34 @@ fn yield_to_main_threads(dir: &Path) {
     }
 }
 
+/// How old an empty group of another job must be before [`sweep_stale`] removes it: a job
+/// enters its groups within milliseconds of making them.
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Removes the groups earlier runs left behind: a rank its launcher kills (another rank's
+/// `MPI_Abort`, a signal) never runs [`CpuGroup`]'s `Drop`, and its empty groups would pile up
+/// in the controller. Takes the groups in `home` named `prefix…`, except this job's own
+/// (`own_prefix…`, which it may be reusing), made more than `older_than` ago; the kernel refuses
+/// to remove a group that still has threads, so a live job's groups stay. Best effort; returns
+/// how many went.
+fn sweep_stale(home: &Path, prefix: &str, own_prefix: &str, older_than: std::time::Duration) -> usize {
+    let Ok(entries) = std::fs::read_dir(home) else { return 0 };
+    let now = std::time::SystemTime::now();
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with(prefix) && !name.starts_with(own_prefix)
+        })
+        .filter(|e| {
+            let made = e.metadata().and_then(|m| m.modified());
+            made.is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age >= older_than))
+        })
+        .filter(|e| std::fs::remove_dir(e.path()).is_ok())
+        .count()
+}
+
 impl CpuGroup {
     /// Creates (or reuses) `datahelix-<job>-r<rank>` with a quota of `cores` cores. Never fails:
     /// on any problem the group is unenforced and [`CpuGroup::status`] says why.
@@ -84,6 +112,7 @@ impl CpuGroup {
             Ok(h) => h,
             Err(e) => return unenforced(e),
         };
+        sweep_stale(&home, "datahelix-", &format!("datahelix-{job}-"), STALE_AFTER);
         let dir = home.join(format!("datahelix-{job}-r{rank}"));
         if let Err(e) = std::fs::create_dir_all(&dir) {
             return unenforced(format!("cannot create {}: {e}", dir.display()));
@@ -186,5 +215,50 @@ mod tests {
         .join()
         .unwrap();
         assert!(!dir.exists(), "the group is removed on drop");
+    }
+
+    /// A group a killed rank left behind is swept; one with a thread in it, and this job's own,
+    /// are not. (Its own name prefix keeps the sweep off other tests' groups.)
+    #[test]
+    fn groups_left_behind_are_swept_but_not_live_or_own_ones() {
+        let Ok(home) = v1_cpu_home() else { return };
+        let prefix = format!("datahelix-sweep{}-", std::process::id());
+        let make = |name: &str| {
+            let dir = home.join(format!("{prefix}{name}"));
+            std::fs::create_dir_all(&dir).map(|()| dir)
+        };
+        let (Ok(left), Ok(live), Ok(own)) = (make("a-r0"), make("b-r0"), make("own-r0")) else {
+            eprintln!("cgroup unavailable here");
+            return;
+        };
+        let (enter, entered) = (std::sync::mpsc::channel::<()>(), std::sync::mpsc::channel::<()>());
+        let tasks = live.join("tasks");
+        let inside = std::thread::spawn(move || {
+            std::fs::write(&tasks, thread_id().to_string()).unwrap();
+            entered.0.send(()).unwrap();
+            enter.1.recv().unwrap(); // stays in the group until told
+        });
+        entered.1.recv().unwrap();
+        let own_prefix = format!("{prefix}own-");
+        assert_eq!(
+            sweep_stale(&home, &prefix, &own_prefix, std::time::Duration::from_secs(3600)),
+            0,
+            "too young"
+        );
+        assert_eq!(sweep_stale(&home, &prefix, &own_prefix, std::time::Duration::ZERO), 1);
+        assert!(!left.exists(), "the empty group left behind is gone");
+        assert!(live.exists(), "a group with a thread in it stays");
+        assert!(own.exists(), "this job's own group stays");
+        enter.0.send(()).unwrap();
+        inside.join().unwrap(); // the thread exits, and leaves the group empty
+        for dir in [&live, &own] {
+            for _ in 0..50 {
+                if std::fs::remove_dir(dir).is_ok() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            assert!(!dir.exists());
+        }
     }
 }
