@@ -217,6 +217,11 @@ fn received_tensors_count_in_the_byte_budget_without_deadlock() {
     let records = result["records"].as_array().unwrap();
     let mut moved = 0;
     for r in records {
+        // A sample that fails (here the clip too large for the budget) drops the pieces of it
+        // this rank was sent, and their charge with them, while `bytes_in` still counts them.
+        if !r["skipped"].as_array().unwrap().is_empty() {
+            continue;
+        }
         let (bytes_in, charged) = (r["bytes_in"].as_u64().unwrap(), r["charged_bytes"].as_u64().unwrap());
         // bytes_in counts each piece's header too: a few hundred bytes a step.
         assert!(
