@@ -54,7 +54,18 @@ for line in open(sys.argv[1]):
         assert version(name) == want, (name, version(name), want)
 PYEOF
 then
-  echo "setup: making or updating the Python environment $DH_VENV (torch and MindSpore, ~5 GB on first install)" >&2
+  # Measured on a fresh machine: the environment takes 8.2 GB, the install ~9 GB at its peak. A
+  # full disk otherwise shows up as pip's "[Errno 28] No space left on device" halfway through.
+  dh_need_mb=10000
+  mkdir -p "$(dirname "$DH_VENV")"
+  dh_free_mb=$(df -Pm "$(dirname "$DH_VENV")" | awk 'NR == 2 { print $4 }')
+  if [ -n "$dh_free_mb" ] && [ "$dh_free_mb" -lt "$dh_need_mb" ]; then
+    echo "setup: the Python environment $DH_VENV needs ~${dh_need_mb} MB free (torch with its NVIDIA" \
+      "libraries and MindSpore) and its disk has ${dh_free_mb} MB: free space there, or set" \
+      "DATAHELIX_VENV to a folder on a disk with room" >&2
+    exit 2
+  fi
+  echo "setup: making or updating the Python environment $DH_VENV (torch and MindSpore, ~8 GB on first install)" >&2
   python3 -m venv "$DH_VENV" >&2
   "$DH_VENV/bin/pip" install -q -r "$dh_requirements" >&2
 fi
