@@ -104,8 +104,8 @@ fn policies(arg: &str) -> Result<Vec<Policy>, CliError> {
 
 fn print_workload(w: &WorkloadResult) {
     println!(
-        "{} — {} ranks, global batch {}, {} workers/rank on {:.2} cores, {} steps",
-        w.workload, w.ranks, w.global_batch, w.workers_per_rank, w.cores_per_rank, w.steps
+        "{} ({}) — {} ranks, global batch {}, {} workers/rank on {:.2} cores, {} steps",
+        w.workload, w.regime, w.ranks, w.global_batch, w.workers_per_rank, w.cores_per_rank, w.steps
     );
     println!(
         "  {:<16} {:>12} {:>9} {:>11} {:>10} {:>10} {:>11}",
@@ -124,6 +124,20 @@ fn print_workload(w: &WorkloadResult) {
                 r.plan_s_per_step * 1e3
             );
         }
+    }
+}
+
+fn print_summary(s: &sim::SuiteSummary) {
+    for (base, x) in &s.geomean_speedup_vs {
+        println!("  helix vs {base:<13} {x:.2}× (geometric mean throughput)");
+    }
+    println!("  mean miss-rate reduction vs rank-local  {:.1}%", s.mean_miss_reduction_vs_rank_local * 100.0);
+    println!("  mean p95-wait reduction vs rank-local   {:.1}%", s.mean_p95_reduction_vs_rank_local * 100.0);
+    if let (Some(h), Some(r)) = (s.geomean_efficiency.get("helix"), s.geomean_efficiency.get("rank-local")) {
+        println!("  efficiency (geometric mean)             helix {h:.2}, rank-local {r:.2}");
+    }
+    if !s.helix_not_ahead_of_post_balance.is_empty() {
+        println!("  helix not ahead of post-balance on: {}", s.helix_not_ahead_of_post_balance.join(", "));
     }
 }
 
@@ -167,27 +181,33 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
             results.push(res);
         }
         let suite = sim::suite_summary(&results);
+        let regimes = sim::regime_summaries(&results);
         if !args.json {
             println!("suite ({} workloads):", results.len());
-            for (base, x) in &suite.geomean_speedup_vs {
-                println!("  helix vs {base:<13} {x:.2}× (geometric mean throughput)");
-            }
+            print_summary(&suite);
             println!(
-                "  mean miss-rate reduction vs rank-local  {:.1}%",
-                suite.mean_miss_reduction_vs_rank_local * 100.0
+                "  {:<20} {:>3} {:>10} {:>10} {:>12} {:>8} {:>9} {:>9}",
+                "regime", "n", "vs r-local", "vs a-pool", "vs post-bal", "miss red", "eff helix", "eff r-loc"
             );
-            println!(
-                "  mean p95-wait reduction vs rank-local   {:.1}%",
-                suite.mean_p95_reduction_vs_rank_local * 100.0
-            );
-            if !suite.helix_not_ahead_of_post_balance.is_empty() {
+            for (name, r) in &regimes {
+                let x =
+                    |k: &str| r.summary.geomean_speedup_vs.get(k).map_or("-".into(), |x| format!("{x:.2}×"));
+                let e =
+                    |k: &str| r.summary.geomean_efficiency.get(k).map_or("-".into(), |x| format!("{x:.2}"));
                 println!(
-                    "  helix not ahead of post-balance on: {}",
-                    suite.helix_not_ahead_of_post_balance.join(", ")
+                    "  {:<20} {:>3} {:>10} {:>10} {:>12} {:>7.1}% {:>9} {:>9}",
+                    name,
+                    r.workloads.len(),
+                    x("rank-local"),
+                    x("actor-pool"),
+                    x("post-balance"),
+                    r.summary.mean_miss_reduction_vs_rank_local * 100.0,
+                    e("helix"),
+                    e("rank-local")
                 );
             }
         }
-        emit(&json!({ "workloads": results, "suite": suite }))?;
+        emit(&json!({ "workloads": results, "suite": suite, "regimes": regimes }))?;
         return Ok(0);
     }
     if let Some(dir) = &args.data {

@@ -255,6 +255,8 @@ impl PolicyResult {
 pub struct WorkloadResult {
     /// Workload name.
     pub workload: String,
+    /// The workload's regime ([`workload::Workload::regime`]).
+    pub regime: String,
     /// Ranks simulated.
     pub ranks: usize,
     /// Global batch simulated.
@@ -288,6 +290,7 @@ pub fn run_policies(
         .collect();
     let mut out = WorkloadResult {
         workload: w.name.clone(),
+        regime: w.regime.clone(),
         ranks: cfg.ranks(),
         global_batch: cfg.global_batch,
         workers_per_rank: cfg.workers[0] as usize,
@@ -317,6 +320,23 @@ pub struct SuiteSummary {
     pub mean_p95_reduction_vs_rank_local: f64,
     /// Workloads where helix's throughput is not above post-balance's.
     pub helix_not_ahead_of_post_balance: Vec<String>,
+    /// Geometric mean over workloads of each policy's ideal-bound efficiency: no loader beats the
+    /// bound, so helix's speed-up over a baseline is at most 1 / the baseline's efficiency.
+    pub geomean_efficiency: std::collections::BTreeMap<String, f64>,
+}
+
+/// The suite's table over the workloads of one regime (`sim --suite --json`'s `regimes`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RegimeSummary {
+    /// The regime's workloads, in suite order.
+    pub workloads: Vec<String>,
+    /// Their table, as [`suite_summary`] makes it for the whole suite.
+    #[serde(flatten)]
+    pub summary: SuiteSummary,
+}
+
+fn geomean(logs: &[f64]) -> Option<f64> {
+    (!logs.is_empty()).then(|| (logs.iter().sum::<f64>() / logs.len() as f64).exp())
 }
 
 /// Aggregates workload results into the suite's table.
@@ -331,8 +351,19 @@ pub fn suite_summary(results: &[WorkloadResult]) -> SuiteSummary {
                 (h > 0.0 && b > 0.0).then(|| (h / b).ln())
             })
             .collect();
-        if !logs.is_empty() {
-            s.geomean_speedup_vs.insert(base.into(), (logs.iter().sum::<f64>() / logs.len() as f64).exp());
+        if let Some(g) = geomean(&logs) {
+            s.geomean_speedup_vs.insert(base.into(), g);
+        }
+    }
+    for p in Policy::ALL {
+        let logs: Vec<f64> = results
+            .iter()
+            .filter_map(|w| w.policies.get(p.name()).map(|r| r.efficiency))
+            .filter(|&e| e > 0.0)
+            .map(f64::ln)
+            .collect();
+        if let Some(g) = geomean(&logs) {
+            s.geomean_efficiency.insert(p.name().into(), g);
         }
     }
     let mean = |f: &dyn Fn(&PolicyResult) -> f64| {
@@ -359,6 +390,22 @@ pub fn suite_summary(results: &[WorkloadResult]) -> SuiteSummary {
         }
     }
     s
+}
+
+/// The suite's table per regime: every workload in exactly one regime's table, by its
+/// [`WorkloadResult::regime`].
+pub fn regime_summaries(results: &[WorkloadResult]) -> std::collections::BTreeMap<String, RegimeSummary> {
+    let mut groups: std::collections::BTreeMap<String, Vec<WorkloadResult>> = Default::default();
+    for w in results {
+        groups.entry(w.regime.clone()).or_default().push(w.clone());
+    }
+    groups
+        .into_iter()
+        .map(|(regime, ws)| {
+            let workloads = ws.iter().map(|w| w.workload.clone()).collect();
+            (regime, RegimeSummary { workloads, summary: suite_summary(&ws) })
+        })
+        .collect()
 }
 
 /// The workload files of a folder (`*.toml`), sorted by name.

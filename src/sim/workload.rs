@@ -63,6 +63,11 @@ pub struct Workload {
     /// What is approximated, honestly.
     #[serde(default)]
     pub approximations: String,
+    /// The regime it stands for, the suite's grouping (`sim --suite` reports each regime beside
+    /// the whole): e.g. `mild`, `latents`, `interleaved`, `long segments`, `camera originals`,
+    /// `high frame rates`, `few samples a rank`. Files without it are [`DEFAULT_REGIME`].
+    #[serde(default = "default_regime")]
+    pub regime: String,
     /// Decode-cost calibration (`datahelix calibrate --json` output), relative to the file.
     #[serde(default = "default_calibration")]
     pub calibration: String,
@@ -85,6 +90,14 @@ pub struct Workload {
 
 fn default_calibration() -> String {
     "calibration.json".into()
+}
+
+/// The regime of a workload file that names none (files written before regimes existed load as
+/// this).
+pub const DEFAULT_REGIME: &str = "mild";
+
+fn default_regime() -> String {
+    DEFAULT_REGIME.into()
 }
 
 /// The model: token formula and emulated accelerator.
@@ -384,6 +397,9 @@ impl Workload {
 
     /// Checks every field the simulator relies on; names the field.
     pub fn validate(&self) -> Result<(), String> {
+        if self.regime.trim().is_empty() {
+            return Err("regime must not be empty (leave it out for the default, \"mild\")".into());
+        }
         let m = &self.model;
         for (f, v) in [("model.c0", m.c0), ("model.a", m.a), ("model.b", m.b), ("model.sigma", m.sigma)] {
             if !(v.is_finite() && v >= 0.0) {
@@ -595,6 +611,22 @@ text_tokens = { median = 64, sigma = 0.3, min = 1, max = 512 }
         assert!(e.contains("x.toml") && e.contains("bitrate"), "{e}");
         let e = Workload::parse("name = 3", "y.toml").unwrap_err();
         assert!(e.contains("y.toml"), "{e}");
+        let e = Workload::parse(
+            &BASE.replace("follows = \"test\"", "follows = \"test\"\nregime = \" \""),
+            "r.toml",
+        )
+        .unwrap_err();
+        assert!(e.contains("r.toml") && e.contains("regime"), "{e}");
+    }
+
+    #[test]
+    fn regime_defaults_to_mild_and_is_read_when_given() {
+        assert_eq!(Workload::parse(BASE, "t.toml").unwrap().regime, DEFAULT_REGIME);
+        let tagged = BASE.replace("follows = \"test\"", "follows = \"test\"\nregime = \"long segments\"");
+        let w = Workload::parse(&tagged, "t.toml").unwrap();
+        assert_eq!(w.regime, "long segments");
+        // The tag changes nothing else: same descriptors.
+        assert_eq!(w.descriptors(), Workload::parse(BASE, "t.toml").unwrap().descriptors());
     }
 
     #[test]
