@@ -240,7 +240,8 @@ impl<'a> State<'a> {
     /// Earliest-deadline-first list scheduling of pool `h`; writes arrivals of its jobs.
     fn simulate(&mut self, h: usize) {
         let mut jobs = std::mem::take(&mut self.pools[h]);
-        jobs.sort_by_key(|&i| {
+        // Keys computed once per job, not once per comparison (a job's deadline is a few lookups).
+        jobs.sort_by_cached_key(|&i| {
             let i = i as usize;
             (self.job_deadline(i), Reverse(self.p.decode_ns[i]), self.p.id[i], i)
         });
@@ -410,27 +411,43 @@ fn spread_pieces(p: &Problem, ranks: usize) -> Vec<u32> {
     for i in (0..p.owner.len()).filter(|&i| !p.pinned[i]) {
         busy[p.owner[i] as usize] += p.decode_ns[i];
     }
-    let key = |busy: &[i64], h: usize| (busy[h] / p.workers[h].max(1) as i64, h);
-    let mut free_first: BTreeSet<(i64, usize)> = (0..ranks).map(|h| key(&busy, h)).collect();
+    let key = |busy: &[i64], h: usize| Reverse((busy[h] / p.workers[h].max(1) as i64, h));
+    // The ranks by when they free up, first first (a binary heap: at thousands of ranks and a
+    // hundred thousand pieces, an ordered set's updates were most of the planning time).
+    let mut free_first: BinaryHeap<Reverse<(i64, usize)>> = (0..ranks).map(|h| key(&busy, h)).collect();
     let mut pieces: Vec<usize> = (0..p.owner.len()).filter(|&i| p.pinned[i]).collect();
     pieces.sort_by_key(|&i| (Reverse(p.decode_ns[i]), p.id[i], i));
     // The ranks each split sample's pieces took so far (a sample has at most `ranks` pieces).
     let mut taken: std::collections::HashMap<u64, Vec<usize>> = std::collections::HashMap::new();
+    // Ranks taken off the heap while looking for one this sample has no piece on yet.
+    let mut passed: Vec<usize> = Vec::new();
     for i in pieces {
         let mine = taken.entry(p.id[i]).or_default();
-        let h = free_first
-            .iter()
-            .map(|&(_, h)| h)
-            .find(|h| !mine.contains(h))
-            .unwrap_or_else(|| free_first.first().expect("at least one rank").1);
-        free_first.remove(&key(&busy, h));
+        passed.clear();
+        let h = loop {
+            match free_first.pop() {
+                Some(Reverse((_, h))) if mine.contains(&h) => passed.push(h),
+                Some(Reverse((_, h))) => break h,
+                // Every rank holds a piece of it already: the one that frees up first.
+                None => break passed.remove(0),
+            }
+        };
+        for &q in &passed {
+            free_first.push(key(&busy, q));
+        }
         busy[h] += p.decode_ns[i];
-        free_first.insert(key(&busy, h));
+        free_first.push(key(&busy, h));
         decoder[i] = h as u32;
         mine.push(h);
     }
     decoder
 }
+
+/// Late batches in a row the search may fail to help before it stops: when the latest 256
+/// cannot be helped, those less late seldom can (every batch is late when nothing is measured
+/// yet, and trying each of thousands cost most of a plan's time). At most 256 ranks, every
+/// late batch of a step is still tried.
+pub const STUCK_IN_A_ROW: usize = 256;
 
 /// Batches at risk (on time, inside their guard) the search tries to relieve, most at risk first
 /// (each by moving its last-arriving sample only): relief, not a second search.
@@ -524,17 +541,21 @@ pub fn place(p: &Problem, search: Search) -> Placement {
         let mut helpers = Helpers { free_key, by_free };
         let mut moves = Moves { offloads: 0, swaps: 0 };
         // 1. Late batches, the latest first, while a move helps one of them (ties: earlier step,
-        //    lower rank).
+        //    lower rank), until [`STUCK_IN_A_ROW`] of them in a row were not helped.
         let mut stuck = vec![false; s.ready.len()];
-        while moves.offloads + moves.swaps < search.max_moves {
+        let mut stuck_in_a_row = 0usize;
+        while moves.offloads + moves.swaps < search.max_moves && stuck_in_a_row < STUCK_IN_A_ROW {
             let worst = (0..s.ready.len())
                 .filter(|&b| !stuck[b])
                 .map(|b| (s.ready[b] - p.deadline_ns[b], b))
                 .filter(|&(late, _)| late > p.tolerance_ns)
                 .max_by_key(|&(late, b)| (late, Reverse(b % p.steps), Reverse(b / p.steps)));
             let Some((_, b)) = worst else { break };
-            if !improve(&mut s, b, 3, search, &mut helpers, &mut moves) {
+            if improve(&mut s, b, 3, search, &mut helpers, &mut moves) {
+                stuck_in_a_row = 0;
+            } else {
                 stuck[b] = true;
+                stuck_in_a_row += 1;
             }
         }
         // 2. Then the batches most at risk, each tried once ([`RISK_TRIES`] of them at most: the
@@ -576,7 +597,88 @@ pub fn place(p: &Problem, search: Search) -> Placement {
 
 #[cfg(test)]
 mod tests {
-    use super::MaxTree;
+    use std::cmp::Reverse;
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::{spread_pieces, MaxTree, Problem};
+
+    /// `spread_pieces` as first written, on an ordered set: the heap must choose the same ranks.
+    fn spread_pieces_on_a_set(p: &Problem, ranks: usize) -> Vec<u32> {
+        let mut decoder = p.owner.clone();
+        let mut busy: Vec<i64> = p.backlog_ns.clone();
+        for i in (0..p.owner.len()).filter(|&i| !p.pinned[i]) {
+            busy[p.owner[i] as usize] += p.decode_ns[i];
+        }
+        let key = |busy: &[i64], h: usize| (busy[h] / p.workers[h].max(1) as i64, h);
+        let mut free_first: BTreeSet<(i64, usize)> = (0..ranks).map(|h| key(&busy, h)).collect();
+        let mut pieces: Vec<usize> = (0..p.owner.len()).filter(|&i| p.pinned[i]).collect();
+        pieces.sort_by_key(|&i| (Reverse(p.decode_ns[i]), p.id[i], i));
+        let mut taken: std::collections::HashMap<u64, Vec<usize>> = std::collections::HashMap::new();
+        for i in pieces {
+            let mine = taken.entry(p.id[i]).or_default();
+            let h = free_first
+                .iter()
+                .map(|&(_, h)| h)
+                .find(|h| !mine.contains(h))
+                .unwrap_or_else(|| free_first.first().expect("at least one rank").1);
+            free_first.remove(&key(&busy, h));
+            busy[h] += p.decode_ns[i];
+            free_first.insert(key(&busy, h));
+            decoder[i] = h as u32;
+            mine.push(h);
+        }
+        decoder
+    }
+
+    /// A one-step problem: `jobs` as (owner, decode ms, sample id, piece of a split sample).
+    fn problem(ranks: usize, workers: &[u32], backlog_ms: &[i64], jobs: &[(u32, i64, u64, bool)]) -> Problem {
+        let n = jobs.len();
+        Problem {
+            steps: 1,
+            step: vec![0; n],
+            owner: jobs.iter().map(|j| j.0).collect(),
+            accel_ns: vec![0; n],
+            max_load_ns: vec![0],
+            decode_ns: jobs.iter().map(|j| j.1 * 1_000_000).collect(),
+            transfer_ns: vec![0; n],
+            bytes: vec![0; n],
+            mem_cap: vec![0; ranks],
+            id: jobs.iter().map(|j| j.2).collect(),
+            pinned: jobs.iter().map(|j| j.3).collect(),
+            workers: workers.to_vec(),
+            backlog_ns: backlog_ms.iter().map(|b| b * 1_000_000).collect(),
+            deadline_ns: vec![i64::MAX / 4; ranks],
+            exchange_ns: vec![i64::MIN; ranks],
+            tolerance_ns: 0,
+            guard_ns: vec![0; ranks],
+        }
+    }
+
+    proptest! {
+        // Samples of up to 9 pieces on 1–6 ranks: more pieces than ranks, equal keys and
+        // ranks with several workers all occur.
+        #[test]
+        fn pieces_spread_on_the_heap_as_on_an_ordered_set(
+            ranks in 1usize..7,
+            workers in proptest::collection::vec(1u32..4, 6),
+            backlog in proptest::collection::vec(0i64..50, 6),
+            samples in proptest::collection::vec((0u32..6, 1i64..40, 0usize..10), 1..12),
+        ) {
+            let mut jobs = Vec::new();
+            for (id, &(owner, ms, pieces)) in samples.iter().enumerate() {
+                let owner = owner % ranks as u32;
+                if pieces < 2 {
+                    jobs.push((owner, ms, id as u64, false));
+                } else {
+                    jobs.extend((0..pieces).map(|k| (owner, ms + (k as i64 % 3), id as u64, true)));
+                }
+            }
+            let p = problem(ranks, &workers[..ranks], &backlog[..ranks], &jobs);
+            prop_assert_eq!(spread_pieces(&p, ranks), spread_pieces_on_a_set(&p, ranks));
+        }
+    }
 
     #[test]
     fn max_tree_follows_changes_for_any_size() {

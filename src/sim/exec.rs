@@ -77,6 +77,8 @@ pub struct SimConfig {
     pub split_above_s: Option<f64>,
     /// Agree on every round's plans and schedule, as `--check-plan` does.
     pub check_plan: bool,
+    /// Keep every planner input in [`SimRun::plan_inputs`] (the planner bench plans them again).
+    pub keep_plan_inputs: bool,
 }
 
 impl SimConfig {
@@ -175,6 +177,9 @@ pub struct SimRun {
     pub sim_wall_s: f64,
     /// Warm-up steps (not in the summary).
     pub warmup: u64,
+    /// Every planner input by step, when [`SimConfig::keep_plan_inputs`] asked for them.
+    #[serde(skip)]
+    pub plan_inputs: Vec<(u64, crate::plan::PlanInput)>,
 }
 
 /// The workload's descriptors as the engines' catalog.
@@ -464,6 +469,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         agreed: Agreed::with_sampler(cfg.agreed(), data.sampler(cfg.seed), r_n),
         ranks,
     };
+    cluster.agreed.keep_inputs(cfg.keep_plan_inputs);
     let reduce_s = cfg.links.all_gather_s(r_n, 8);
     let mut out: Vec<RankStep> = Vec::with_capacity(r_n * cfg.steps as usize);
     let mut now = 0.0f64;
@@ -537,5 +543,6 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         plan_max_s,
         sim_wall_s: wall.elapsed().as_secs_f64(),
         warmup: cfg.warmup,
+        plan_inputs: cluster.agreed.take_inputs(),
     })
 }

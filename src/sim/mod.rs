@@ -135,6 +135,7 @@ pub fn prepare(
         ship_slack_s: crate::exec::loader::DEFAULT_SHIP_SLACK_S,
         split_above_s: None,
         check_plan: false,
+        keep_plan_inputs: false,
     };
     Ok((cfg, SimData::new(descriptors, decode_s)?))
 }
@@ -508,6 +509,7 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         ship_slack_s: crate::exec::loader::DEFAULT_SHIP_SLACK_S,
         split_above_s: None,
         check_plan: run.check_plan,
+        keep_plan_inputs: false,
     };
     simulate(&cfg, &SimData::new(descriptors, decode_s)?)
 }
