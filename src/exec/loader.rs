@@ -106,7 +106,8 @@ pub struct LoaderConfig {
     pub job: String,
     /// Tokens or latents.
     pub token_formula: TokenFormula,
-    /// The accelerator model before any measurement.
+    /// The accelerator model before any measurement: it batches the steps planned before the
+    /// first one is measured (those plans move no decode work for its deadlines).
     pub accel_prior: AccelModel,
     /// The transfer model the rebalance gate and placement start from (replaced by a measured
     /// one with `measure_transfer`).

@@ -478,6 +478,11 @@ impl Agreed {
         // predicted again (the model has learned since), against the steps running short by
         // one spread of the model: a batch is then ready even when they do.
         let model = self.accel.model();
+        // Before the first step is measured the model is the prior, whose deadlines say every
+        // batch is late: the plans made then split no sample for them (`split_above_s` still
+        // does) and move no decode work (at 4096 ranks that search took 600–800 ms a plan and
+        // bought nothing); they decode on the owners the prior's batching chose.
+        let measured = !self.accel.is_empty();
         let planned = |j| self.plans.get(&j).map(|p: &Arc<Planned>| p.plan.step_under(&model));
         let due = policy::time_to_deadline(now, t, planned, self.training) * (-self.accel.spread()).exp();
         let exchange = match last {
@@ -492,7 +497,7 @@ impl Agreed {
                 params: &self.cfg.params,
                 formula: &self.cfg.formula,
                 model: &self.decode_model,
-                due_s: due,
+                due_s: if measured { due } else { 0.0 },
                 ranks: self.ranks,
                 split_above_s: self.cfg.split_above_s,
             },
@@ -514,7 +519,11 @@ impl Agreed {
             ranks: states,
             accel: model,
             transfer: self.effective_transfer(),
-            options: PlanOptions::default(),
+            options: if measured {
+                PlanOptions::default()
+            } else {
+                PlanOptions { placement_moves: 0, ..PlanOptions::default() }
+            },
             pieces: offer.pieces.clone(),
             exchange_s: exchange,
         };
