@@ -11,8 +11,10 @@
 //! the rank, the step and what was wrong, without a huge allocation or a hang. Release builds
 //! compile none of it: [`injected`] is always `None` there.
 
-/// What a rank's first tensor message gets wrong.
+/// What a rank's first tensor message gets wrong. (Release builds match on it but never make
+/// one: [`injected`] is `None` there.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(debug_assertions), allow(dead_code))]
 pub(crate) enum Fault {
     Shape,
     Oversized,
