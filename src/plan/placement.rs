@@ -445,8 +445,8 @@ fn spread_pieces(p: &Problem, ranks: usize) -> Vec<u32> {
 
 /// Late batches in a row the search may fail to help before it stops: when the latest 256
 /// cannot be helped, those less late seldom can (every batch is late when nothing is measured
-/// yet, and trying each of thousands cost most of a plan's time). At most 256 ranks, every
-/// late batch of a step is still tried.
+/// yet, and trying each of thousands cost most of a plan's time). Planning one step at a time
+/// (as the step engine does) on at most 256 ranks, every late batch is still tried.
 pub const STUCK_IN_A_ROW: usize = 256;
 
 /// Batches at risk (on time, inside their guard) the search tries to relieve, most at risk first

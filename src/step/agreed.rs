@@ -480,8 +480,9 @@ impl Agreed {
         let model = self.accel.model();
         // Before the first step is measured the model is the prior, whose deadlines say every
         // batch is late: the plans made then split no sample for them (`split_above_s` still
-        // does) and move no decode work (at 4096 ranks that search took 600–800 ms a plan and
-        // bought nothing); they decode on the owners the prior's batching chose.
+        // does) and move no decode work: at 4096 ranks that search took 600–800 ms a plan. They
+        // decode on the owners the prior's batching chose (on the demo's data one rank then
+        // waited 2.2 s at warm-up for a clip the search had split).
         let measured = !self.accel.is_empty();
         let planned = |j| self.plans.get(&j).map(|p: &Arc<Planned>| p.plan.step_under(&model));
         let due = policy::time_to_deadline(now, t, planned, self.training) * (-self.accel.spread()).exp();
