@@ -4,7 +4,10 @@
 //!
 //! A worker opens a file, learns its output size, then takes a buffer: when the budget is
 //! reached it waits for buffers to come back (a [`Tensor`] returns its buffer when dropped); a
-//! sample larger than the whole budget is a per-sample error. Every failure (missing or changed
+//! sample larger than the whole budget is a per-sample error. A decode the caller waits for
+//! ([`Pool::exempt_below`]) never waits for bytes only the caller can give back: when nothing
+//! but the tensors it holds takes the budget, it goes past it ([`Pool::overdrafts`]) instead of
+//! waiting forever. Every failure (missing or changed
 //! file, damaged data, even a panic) becomes an [`Outcome`] with a [`SampleError`] naming the id,
 //! the path and the reason; the pool goes on.
 //!
@@ -267,6 +270,11 @@ struct BufState {
     charged: usize,
     /// Jobs with deadlines below this are not held back by `charged` bytes.
     exempt_below: u64,
+    /// Bytes of FFmpeg working memory held by running decodes ([`Reservation`]s): the only
+    /// part of `allocated` that comes back without the caller taking tensors.
+    reserved: usize,
+    /// Times a decode the caller waits for went past the budget ([`BufState::must_overdraw`]).
+    overdrafts: u64,
     closed: bool,
 }
 
@@ -276,12 +284,36 @@ impl BufState {
     fn taken_for(&self, deadline: u64) -> usize {
         self.allocated + if deadline < self.exempt_below { 0 } else { self.charged }
     }
+
+    /// Whether a job of `deadline` that does not fit must go past the budget rather than wait:
+    /// the caller waits for it (it is exempt), and no other decode holds working memory
+    /// (`others_reserved` is 0), so only tensors the caller holds take the budget — they come
+    /// back once the caller has this job's batch, which waits for this job. The batches the
+    /// caller waits for need more than the whole budget; going past it ends the wait.
+    fn must_overdraw(&self, deadline: u64, others_reserved: usize) -> bool {
+        deadline < self.exempt_below && others_reserved == 0
+    }
+
+    /// Drops every free buffer (before going past the budget: they would only add to it).
+    fn drop_free(&mut self) {
+        let free: usize = self.free.drain(..).map(|b| b.capacity()).sum();
+        self.allocated -= free;
+        self.overdrafts += 1;
+    }
 }
 
 impl Buffers {
     /// Empty buffers of `budget` bytes in all.
     fn new(budget: usize) -> Buffers {
-        let state = BufState { free: Vec::new(), allocated: 0, charged: 0, exempt_below: 0, closed: false };
+        let state = BufState {
+            free: Vec::new(),
+            allocated: 0,
+            charged: 0,
+            exempt_below: 0,
+            reserved: 0,
+            overdrafts: 0,
+            closed: false,
+        };
         Buffers { budget, state: Mutex::new(state), returned: Condvar::new() }
     }
 
@@ -298,8 +330,13 @@ impl Buffers {
                 return None;
             }
             let charged = st.taken_for(deadline) - st.allocated;
-            if self.make_room(&mut st, bytes + charged) {
+            let fits = self.make_room(&mut st, bytes + charged);
+            if fits || st.must_overdraw(deadline, st.reserved) {
+                if !fits {
+                    st.drop_free();
+                }
                 st.allocated += bytes;
+                st.reserved += bytes;
                 return Some(Reservation { bytes, pool: Arc::clone(self) });
             }
             st = self.returned.wait(st).unwrap_or_else(|e| e.into_inner());
@@ -326,12 +363,22 @@ impl Buffers {
             }
             let more = working.saturating_sub(held.bytes);
             let charged = st.taken_for(deadline) - st.allocated;
-            if let Some(b) = self.take(&mut st, len, more + charged) {
+            let mut got = self.take(&mut st, len, more + charged);
+            if got.is_none() && st.must_overdraw(deadline, st.reserved - held.bytes) {
+                st.drop_free();
+                let b = vec![0u8; len];
+                st.allocated += b.capacity();
+                got = Some(b);
+            }
+            if let Some(b) = got {
                 st.allocated += more;
+                st.reserved += more;
                 held.bytes += more;
                 return Some((b, held));
             }
-            st.allocated -= std::mem::take(&mut held.bytes);
+            let given_back = std::mem::take(&mut held.bytes);
+            st.allocated -= given_back;
+            st.reserved -= given_back;
             self.returned.notify_all();
             st = self.returned.wait(st).unwrap_or_else(|e| e.into_inner());
         }
@@ -445,7 +492,10 @@ struct Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         let bytes = self.bytes;
-        self.pool.give_back(|st| st.allocated = st.allocated.saturating_sub(bytes));
+        self.pool.give_back(|st| {
+            st.allocated = st.allocated.saturating_sub(bytes);
+            st.reserved = st.reserved.saturating_sub(bytes);
+        });
     }
 }
 
@@ -600,6 +650,12 @@ impl Pool {
     /// Bytes charged now ([`Pool::charge`]).
     pub fn charged_bytes(&self) -> usize {
         self.buffers.lock().charged
+    }
+
+    /// Times a decode the caller waited for went past the byte budget, because the tensors the
+    /// caller held took all of it: the budget is smaller than the batches it waits for.
+    pub fn overdrafts(&self) -> u64 {
+        self.buffers.lock().overdrafts
     }
 
     /// Jobs with deadlines below `deadline` go ahead of the charged bytes: the jobs the caller
@@ -857,6 +913,47 @@ mod tests {
         assert_eq!(later.join().unwrap(), Some(100), "and goes once they are delivered");
         b.exempt_below(step(1));
         assert_eq!(b.lock().exempt_below, step(3), "never lowered");
+    }
+
+    /// A decode the caller waits for, blocked only by tensors the caller holds (no decode
+    /// running that could give bytes back), goes past the budget instead of waiting forever;
+    /// one of a later step still waits, and one blocked by a running decode waits for it.
+    #[test]
+    fn a_waited_for_decode_blocked_only_by_held_tensors_goes_past_the_budget() {
+        let b = buffers(300);
+        let step = |t: u64| t << 32;
+        let (held, _) = b.acquire_at(250, 0, step(2)).unwrap(); // a decoded tensor the caller holds
+        b.exempt_below(step(3)); // the caller waits for step 2
+        let later = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || b.acquire_at(100, 0, step(3)).map(|(x, _)| x.len()))
+        };
+        let (now, _) = b.acquire_at(100, 0, step(2)).expect("past the budget, not a wait");
+        let (allocated, overdrafts) = {
+            let st = b.lock();
+            (st.allocated, st.overdrafts)
+        };
+        assert_eq!((now.len(), allocated, overdrafts), (100, 350, 1));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!later.is_finished(), "a later step's decode waits for the budget");
+        b.release(held); // the caller took its batch
+        b.release(now);
+        assert_eq!(later.join().unwrap(), Some(100));
+
+        // A running decode's working memory comes back by itself: wait for it instead.
+        let b = buffers(300);
+        let (_tensor, _) = b.acquire_at(150, 0, step(2)).unwrap();
+        let running = b.reserve(100, step(2)).unwrap();
+        b.exempt_below(step(3));
+        let waiter = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || b.acquire_at(100, 0, step(2)).map(|(x, _)| x.len()))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "100 reserved by a running decode: it comes back");
+        drop(running);
+        assert_eq!(waiter.join().unwrap(), Some(100));
+        assert_eq!(b.lock().overdrafts, 0);
     }
 
     #[test]

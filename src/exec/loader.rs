@@ -920,20 +920,32 @@ impl<'w> Loader<'w> {
     fn await_decodes(&mut self, keys: &[PartKey], until_s: Option<f64>) {
         // What this thread waits for must not wait for received tensors' budget: only this
         // thread's progress (and its caller's) frees that.
-        if let Some(last) = keys.iter().map(|k| k.step).max() {
+        let last = keys.iter().map(|k| k.step).max();
+        if let Some(last) = last {
             self.pool.exempt_below((last + 1) << 32);
         }
+        let first_overdraft = self.pool.overdrafts() == 0;
         while !self.engine.all_done(keys) {
             let left = until_s.map_or(f64::INFINITY, |limit| limit - self.now());
             if left <= 0.0 {
-                return;
+                break;
             }
             let wait = Duration::from_secs_f64(left.min(WATCHDOG_SERVE_S));
             match self.pool.recv_timeout(wait) {
                 Some(o) => self.file(o),
-                None if self.pool.is_idle() => return, // the pool holds nothing: the engine decides
+                None if self.pool.is_idle() => break, // the pool holds nothing: the engine decides
                 None => self.world.get().serve_watchdog(),
             }
+        }
+        if first_overdraft && self.pool.overdrafts() > 0 {
+            tracing::warn!(
+                rank = self.world.get().rank(),
+                step = last,
+                "the decode budget ({} MiB) is smaller than the batches this rank waits for: the \
+                 tensors it holds took all of it, so decoding went past it rather than wait \
+                 forever; raise the budget (--budget-mib, budget_mib) to keep memory within it",
+                self.pool.budget_bytes() >> 20
+            );
         }
     }
 }
