@@ -18,10 +18,24 @@ fn train(data: &Path, policy: &str, out: &Path, extra: &[&str]) -> Value {
 
 /// `datahelix train` under `mpirun -np 4` with this accelerator profile.
 fn train_with(data: &Path, policy: &str, out: &Path, profile: &str, extra: &[&str]) -> Value {
+    train_on(&[], data, policy, out, profile, extra)
+}
+
+/// [`train_with`], each rank started through `launcher` (a command that ends by running its
+/// arguments).
+fn train_on(
+    launcher: &[&str],
+    data: &Path,
+    policy: &str,
+    out: &Path,
+    profile: &str,
+    extra: &[&str],
+) -> Value {
     let mut cmd = std::process::Command::new("mpirun");
     common::mpi_env(&mut cmd).args(["-np", "4"]);
     cmd.env("DATAHELIX_COLLECTIVE_TIMEOUT", "60");
-    cmd.arg(env!("CARGO_BIN_EXE_datahelix"))
+    cmd.args(launcher)
+        .arg(env!("CARGO_BIN_EXE_datahelix"))
         .args(["train", "--data"])
         .arg(data)
         .args(["--policy", policy, "--global-batch", "8", "--workers", "4", "--steps", "6", "--warmup", "1"])
@@ -253,9 +267,39 @@ fn a_measured_transfer_model_is_agreed_by_every_rank_and_reported() {
         assert!(alpha.is_finite() && alpha >= 0.0 && beta.is_finite() && beta > 0.0, "{b}");
     }
     assert_eq!(bands.last().unwrap()["up_to_bytes"], u64::MAX, "the last band covers every size");
+    // One node (every rank's host name is the same): one class of link, no node table.
+    assert!(transfer.get("node_of").is_none() && transfer.get("inter_node_bands").is_none(), "{transfer}");
     let default = train(&dir, "helix", &out.path().join("default.json"), &[]);
     assert_eq!(default["params"]["transfer"]["model"], "default");
     assert_ne!(default["params"]["transfer"]["bands"], transfer["bands"], "nothing was measured");
+}
+
+/// Two nodes named by `DATAHELIX_NODE` (ranks 0–1 on one, 2–3 on the other): the calibration
+/// measures each class of link apart, every rank ends with the same node table and models
+/// (`--check-plan`), and the result carries both.
+#[test]
+fn a_measured_transfer_model_tells_a_nodes_links_from_the_network() {
+    let dir = common::tiny_dataset();
+    let out = tempfile::tempdir().unwrap();
+    let two_nodes = [
+        "sh",
+        "-c",
+        r#"DATAHELIX_NODE="node$(( ${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}} / 2 ))" exec "$0" "$@""#,
+    ];
+    let path = out.path().join("two-nodes.json");
+    let result =
+        train_on(&two_nodes, &dir, "helix", &path, "0.02,1e-6,0,0.05", &["--transfer-model", "measured"]);
+    assert_exactly_once(&result, &common::manifest_ids(&dir));
+    let transfer = &result["params"]["transfer"];
+    assert_eq!(transfer["node_of"], serde_json::json!([0, 0, 1, 1]), "{transfer}");
+    for class in ["bands", "inter_node_bands"] {
+        let bands = transfer[class].as_array().unwrap_or_else(|| panic!("no {class}: {transfer}"));
+        assert!(bands.len() >= 2, "{class}: one band a message-size class: {transfer}");
+        for b in bands {
+            let beta = b["beta_bytes_per_s"].as_f64().unwrap();
+            assert!(beta.is_finite() && beta > 0.0, "{class}: {b}");
+        }
+    }
 }
 
 #[test]

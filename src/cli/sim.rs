@@ -224,9 +224,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
                     .map_err(|e| CliError::usage(format!("--links {}: {e}", path.display())))?;
                 let model = crate::collective::cost::TransferModel::from_perf_json(&text)
                     .map_err(|e| CliError::usage(format!("--links {}: {e}", path.display())))?;
-                Some(crate::plan::TransferCost {
-                    bands: model.bands.iter().map(|b| (b.max_bytes, b.alpha_s, b.beta_bytes_per_s)).collect(),
-                })
+                Some(crate::plan::TransferCost::from(&model))
             }
         };
         let mut out = serde_json::Map::new();

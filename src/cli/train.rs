@@ -280,14 +280,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     }
     spans.extend(loader.spans().iter().cloned());
     let counters = loader.counters();
-    let transfer_bands: Vec<serde_json::Value> = loader
-        .transfer()
-        .bands
-        .iter()
-        .map(
-            |&(up_to, alpha, beta)| json!({"up_to_bytes": up_to, "alpha_s": alpha, "beta_bytes_per_s": beta}),
-        )
-        .collect();
+    let transfer_json = transfer_json(&args.transfer_model, loader.transfer());
     if let (Some(path), 0) = (&args.save_state, rank) {
         loader.state().write(path).map_err(|e| fail_job(rank, ranks, e))?;
     }
@@ -329,7 +322,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
             "backend": args.backend,
             "dataset": args.data.display().to_string(),
             "protocol": crate::sampler::PROTOCOL,
-            "transfer": {"model": args.transfer_model, "bands": transfer_bands},
+            "transfer": transfer_json,
         }),
         records,
         summary,
@@ -357,4 +350,21 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         s.efficiency
     );
     Ok(0)
+}
+
+/// The transfer model the run planned with, as results carry it: `bands` within a node (or
+/// between any two ranks), and, where links were measured per class, `inter_node_bands` and
+/// `node_of` (each rank's node).
+fn transfer_json(model: &str, t: &crate::plan::TransferCost) -> serde_json::Value {
+    let bands = |b: &[(u64, f64, f64)]| -> Vec<serde_json::Value> {
+        b.iter()
+            .map(|&(up_to, alpha, beta)| json!({"up_to_bytes": up_to, "alpha_s": alpha, "beta_bytes_per_s": beta}))
+            .collect()
+    };
+    let mut v = json!({"model": model, "bands": bands(&t.bands)});
+    if t.has_classes() {
+        v["inter_node_bands"] = json!(bands(&t.inter_node));
+        v["node_of"] = json!(t.node_of);
+    }
+    v
 }

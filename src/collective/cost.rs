@@ -142,13 +142,31 @@ impl TransferModel {
     /// Calibrates by timing all-to-all-v exchanges of `per_peer` bytes to every other rank
     /// (`iters` timed after one warm-up each), max-reducing times over ranks, and fitting.
     pub fn calibrate(comm: &dyn Collective, per_peer: &[usize], iters: usize) -> Result<Self, CostError> {
+        let me = comm.rank();
+        TransferModel::calibrate_among(comm, per_peer, iters, &|p| p != me)
+    }
+
+    /// [`TransferModel::calibrate`] over one class of links: each rank sends only to the peers
+    /// `peer` accepts (the ranks of its own node, say, or of the others). `B` is `per_peer` times
+    /// the most such peers any rank has. **Collective**: every rank calls it with the same
+    /// sizes; a rank without such peers takes part with nothing to send.
+    pub fn calibrate_among(
+        comm: &dyn Collective,
+        per_peer: &[usize],
+        iters: usize,
+        peer: &dyn Fn(usize) -> bool,
+    ) -> Result<Self, CostError> {
         let n = comm.size();
+        let me = comm.rank();
         let iters = iters.max(1);
+        let is_peer: Vec<bool> = (0..n).map(|p| p != me && peer(p)).collect();
         let mut times = Vec::with_capacity(per_peer.len());
         for &s in per_peer {
-            let counts: Vec<usize> = (0..n).map(|p| if p == comm.rank() { 0 } else { s }).collect();
+            let counts: Vec<usize> = is_peer.iter().map(|&yes| if yes { s } else { 0 }).collect();
             let displs = prefix_sums(&counts);
             let send = vec![0u8; counts.iter().sum()];
+            // What this rank receives: the same size from every peer that sends to it. The
+            // classes used here are symmetric (a node's ranks, or the other nodes' ranks).
             let mut recv = vec![0u8; send.len()];
             comm.all_to_all_v(&send, &counts, &displs, &mut recv, &counts, &displs)?;
             let t0 = Instant::now();
@@ -158,7 +176,9 @@ impl TransferModel {
             times.push(t0.elapsed().as_secs_f64() / iters as f64);
         }
         comm.all_reduce_f64(&mut times, ReduceOp::Max)?;
-        let peers = n.saturating_sub(1).max(1) as u64;
+        let mut peers = [is_peer.iter().filter(|&&yes| yes).count() as u64];
+        comm.all_reduce_u64(&mut peers, ReduceOp::Max)?;
+        let peers = peers[0].max(1);
         let samples: Vec<(u64, f64)> =
             per_peer.iter().zip(&times).map(|(&s, &t)| (s as u64 * peers, t)).collect();
         Ok(TransferModel::fit(comm.backend(), n, &samples, &[]))

@@ -418,26 +418,6 @@ impl Loader<'_> {
     }
 }
 
-/// Per-peer message sizes of the transfer calibration: eager, mid-size and bulk messages.
-const TRANSFER_SIZES: [usize; 4] = [1 << 10, 64 << 10, 512 << 10, 2 << 20];
-
-/// The transfer model of this world's links, measured: all-to-all-v exchanges of each of
-/// [`TRANSFER_SIZES`] bytes to every peer, timed three times after a warm-up, the times
-/// max-reduced over ranks and fitted per size band (`collective::cost::TransferModel`), then
-/// rank 0's model broadcast, so every rank plans with the same one. About a dozen collectives,
-/// milliseconds on a host's shared memory. **Collective.**
-pub fn measure_transfer_model(world: &dyn Collective) -> Result<TransferCost, ExecError> {
-    use crate::collective::cost::TransferModel;
-    let model = TransferModel::calibrate(world, &TRANSFER_SIZES, 3)
-        .and_then(|m| m.agree(world))
-        .map_err(|e| ExecError::Invalid(format!("rank {}: {e}", world.rank())))?;
-    // The model's bands hold sizes below their bound; the planner's, sizes up to theirs.
-    let up_to = |max: u64| if max == u64::MAX { u64::MAX } else { max.saturating_sub(1) };
-    Ok(TransferCost {
-        bands: model.bands.iter().map(|b| (up_to(b.max_bytes), b.alpha_s, b.beta_bytes_per_s)).collect(),
-    })
-}
-
 /// Re-probes the files that changed since the dataset was indexed (size or modification time:
 /// a dataset copied or touched after `datahelix index`), so that they are decoded instead of
 /// skipped at every epoch. **Collective**: an all-reduce of "some file changed here", then, if
@@ -585,7 +565,7 @@ impl<'w> Loader<'w> {
         let OpenedDataset { index, ids, dataset, first_step, .. } = ds;
         let mut cfg = cfg;
         if cfg.measure_transfer {
-            cfg.transfer = measure_transfer_model(world.get())?;
+            cfg.transfer = super::links::measure_transfer_model(world.get())?;
         }
         let sample_meta = super::sample_meta::SampleMeta::open(&index, &cfg.data, cfg.index_dir.as_deref());
         let root = std::fs::canonicalize(index.dir()).map_err(|e| {

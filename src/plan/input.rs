@@ -47,27 +47,137 @@ pub struct RankState {
     pub mem_cap: u64,
 }
 
-/// Transfer seconds of a message: `α + bytes/β`, by size band (the collectives' model).
+/// Transfer seconds of a message between two ranks: `α + bytes/β`, by size band (the
+/// collectives' model), with bands of their own between nodes when the links were measured per
+/// class (a node's shared memory and its network differ by an order of magnitude).
+///
+/// ```
+/// use datahelix::plan::TransferCost;
+/// let near = TransferCost::linear(5e-6, 2e10);
+/// let far = TransferCost::linear(2e-5, 2e9);
+/// let links = TransferCost::per_node(&near, &far, vec![0, 0, 1, 1]);
+/// assert_eq!(links.between(1 << 20, 0, 1), near.seconds(1 << 20));
+/// assert_eq!(links.between(1 << 20, 1, 2), far.seconds(1 << 20));
+/// assert_eq!(links.seconds(1 << 20), far.seconds(1 << 20)); // the slowest link
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TransferCost {
     /// Bands `(up_to_bytes, alpha_s, beta_bytes_per_s)`, ascending; the last covers everything.
+    /// Between ranks of one node, or between any two ranks when `inter_node` is empty.
     pub bands: Vec<(u64, f64, f64)>,
+    /// Bands between ranks on different nodes (empty: `bands` for every pair). Inputs written
+    /// without it read as empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inter_node: Vec<(u64, f64, f64)>,
+    /// Per rank, the node it runs on (dense ids from 0); empty: one node. Used only with
+    /// `inter_node`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_of: Vec<u32>,
 }
 
 impl TransferCost {
     /// One band for every size.
     pub fn linear(alpha_s: f64, beta_bytes_per_s: f64) -> TransferCost {
-        TransferCost { bands: vec![(u64::MAX, alpha_s, beta_bytes_per_s)] }
+        TransferCost::banded(vec![(u64::MAX, alpha_s, beta_bytes_per_s)])
     }
 
-    /// Predicted seconds to move `bytes` between two ranks.
+    /// One class of links with these bands.
+    pub fn banded(bands: Vec<(u64, f64, f64)>) -> TransferCost {
+        TransferCost { bands, inter_node: Vec::new(), node_of: Vec::new() }
+    }
+
+    /// Two classes: `near` between ranks with the same `node_of`, `far` between the others
+    /// (their own node tables, if any, are not used).
+    pub fn per_node(near: &TransferCost, far: &TransferCost, node_of: Vec<u32>) -> TransferCost {
+        TransferCost { bands: near.bands.clone(), inter_node: far.bands.clone(), node_of }
+    }
+
+    /// Whether the model tells links apart (two classes and a node table).
+    pub fn has_classes(&self) -> bool {
+        !self.inter_node.is_empty() && !self.node_of.is_empty()
+    }
+
+    /// Whether ranks `a` and `b` are linked as ranks of one node (always, with one class).
+    pub fn same_node(&self, a: usize, b: usize) -> bool {
+        !self.has_classes() || self.node_of.get(a) == self.node_of.get(b)
+    }
+
+    /// Predicted seconds to move `bytes` over the slowest link: between two nodes when the
+    /// model tells links apart, else between any two ranks.
     pub fn seconds(&self, bytes: u64) -> f64 {
-        let band = self.bands.iter().find(|b| bytes <= b.0).or(self.bands.last());
-        match band {
-            Some(&(_, alpha, beta)) if beta > 0.0 => alpha + bytes as f64 / beta,
-            Some(&(_, alpha, _)) => alpha,
-            None => 0.0,
+        band_seconds(if self.has_classes() { &self.inter_node } else { &self.bands }, bytes)
+    }
+
+    /// Predicted seconds to move `bytes` within one node.
+    pub fn seconds_near(&self, bytes: u64) -> f64 {
+        band_seconds(&self.bands, bytes)
+    }
+
+    /// Predicted seconds to move `bytes` from rank `a` to rank `b`.
+    pub fn between(&self, bytes: u64, a: usize, b: usize) -> f64 {
+        if self.same_node(a, b) {
+            self.seconds_near(bytes)
+        } else {
+            self.seconds(bytes)
         }
+    }
+
+    /// The same links with every band's `(α, β)` mapped (compression folded in, say).
+    pub fn map_bands(&self, f: impl Fn(f64, f64) -> (f64, f64)) -> TransferCost {
+        let map = |bands: &[(u64, f64, f64)]| {
+            bands
+                .iter()
+                .map(|&(up_to, a, b)| {
+                    let (a, b) = f(a, b);
+                    (up_to, a, b)
+                })
+                .collect()
+        };
+        TransferCost {
+            bands: map(&self.bands),
+            inter_node: map(&self.inter_node),
+            node_of: self.node_of.clone(),
+        }
+    }
+
+    /// Checks the bands and that the node table, if any, covers `ranks` ranks.
+    pub fn validate(&self, ranks: usize) -> Result<(), String> {
+        for (name, bands) in [("bands", &self.bands), ("inter_node", &self.inter_node)] {
+            for &(_, a, b) in bands.iter() {
+                if !(a.is_finite() && a >= 0.0 && b.is_finite() && b >= 0.0) {
+                    return Err(format!("transfer.{name}: α {a} and β {b} must be finite and ≥ 0"));
+                }
+            }
+        }
+        if self.bands.is_empty() {
+            return Err("transfer.bands is empty: give at least one (up_to_bytes, α, β)".into());
+        }
+        if !self.node_of.is_empty() && self.node_of.len() != ranks {
+            return Err(format!(
+                "transfer.node_of names {} ranks, the plan has {ranks}: one node id per rank",
+                self.node_of.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A measured model's bands (each holds sizes below its bound) as the planner's (sizes up to
+/// theirs).
+impl From<&crate::collective::cost::TransferModel> for TransferCost {
+    fn from(m: &crate::collective::cost::TransferModel) -> TransferCost {
+        let up_to = |max: u64| if max == u64::MAX { u64::MAX } else { max.saturating_sub(1) };
+        TransferCost::banded(
+            m.bands.iter().map(|b| (up_to(b.max_bytes), b.alpha_s, b.beta_bytes_per_s)).collect(),
+        )
+    }
+}
+
+fn band_seconds(bands: &[(u64, f64, f64)], bytes: u64) -> f64 {
+    match bands.iter().find(|b| bytes <= b.0).or(bands.last()) {
+        Some(&(_, alpha, beta)) if beta > 0.0 => alpha + bytes as f64 / beta,
+        Some(&(_, alpha, _)) => alpha,
+        None => 0.0,
     }
 }
 
@@ -185,6 +295,7 @@ impl PlanInput {
         if !self.exchange_s.is_finite() {
             return Err("exchange_s must be finite".into());
         }
+        self.transfer.validate(self.ranks.len())?;
         let mut seen = vec![0u32; self.samples.len()];
         for (k, p) in self.pieces.iter().enumerate() {
             let Some(n) = seen.get_mut(p.sample as usize) else {

@@ -254,7 +254,13 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         accel_ns: (0..jobs.len()).map(|j| if j < n { weight[j] as i64 } else { 0 }).collect(),
         max_load_ns,
         decode_ns: job_decode,
-        transfer_ns: job_bytes.iter().map(|&b| ns(input.transfer.seconds(b))).collect(),
+        transfer_ns: job_bytes.iter().map(|&b| ns(input.transfer.seconds_near(b))).collect(),
+        transfer_far_ns: if input.transfer.has_classes() {
+            job_bytes.iter().map(|&b| ns(input.transfer.seconds(b))).collect()
+        } else {
+            Vec::new()
+        },
+        node: if input.transfer.has_classes() { input.transfer.node_of.clone() } else { Vec::new() },
         bytes: job_bytes,
         mem_cap: caps.clone(),
         id: jobs.iter().map(|j| ids[j.sample as usize]).collect(),
@@ -391,6 +397,62 @@ mod tests {
         let transfer = TransferCost::linear(20e-6, 5e9).seconds(64 << 20);
         assert_eq!(late.predicted_misses, 1, "sent only when the batch is collected");
         assert!((late.delay_s - transfer).abs() < 1e-6, "late by the transfer: {}", late.delay_s);
+    }
+
+    #[test]
+    fn an_offload_late_by_its_transfer_stays_on_the_owners_node_when_the_network_is_slow() {
+        // LPT gives rank 3 both 1 s decodes against a batch due at 1.5 s: one must move, and
+        // with no exchange left it arrives its transfer after the deadline. Rank 2 shares rank
+        // 3's node but is busy until 0.3 s; ranks 0 and 1 are idle across a 100 MB/s network.
+        let sample =
+            |id: u64, tokens: u64, decode_s: f64| SampleIn { id, step: 0, tokens, decode_s, bytes: 1 << 20 };
+        let near = TransferCost::linear(20e-6, 5e9);
+        let far = TransferCost::linear(50e-6, 1e8);
+        let input = |transfer: TransferCost, rank2_busy_s: f64| PlanInput {
+            first_step: 0,
+            samples: vec![
+                sample(1, 3000, 0.1),
+                sample(2, 3000, 0.1),
+                sample(3, 3000, 0.1),
+                sample(4, 1000, 1.0),
+                sample(5, 1000, 1.0),
+            ],
+            ranks: (0..4)
+                .map(|r| RankState {
+                    workers: 1,
+                    accel_free_s: 1.5,
+                    queued_cpu_s: if r == 2 { rank2_busy_s } else { 0.0 },
+                    mem_cap: 0,
+                })
+                .collect(),
+            accel: AccelModel { c0: 0.5, a: 1e-4, b: 0.0 },
+            transfer,
+            options: PlanOptions { swap_owners: false, guard_share: 0.0, ..PlanOptions::default() },
+            pieces: Vec::new(),
+            exchange_s: 0.0,
+        };
+        let node_of = vec![0, 0, 1, 1];
+        let aware = plan(&input(TransferCost::per_node(&near, &far, node_of.clone()), 0.3)).unwrap();
+        let moved: Vec<usize> = (0..5).filter(|&i| aware.decoder[i] != aware.owner[i]).collect();
+        assert_eq!(moved.len(), 1, "one of rank 3's decodes moves: {aware:?}");
+        let i = moved[0];
+        assert_eq!(aware.owner[i], 3);
+        assert_eq!(aware.decoder[i], 2, "to the busy rank on its own node");
+        assert_eq!(aware.predicted_misses, 0, "late by 0.2 ms of a node's link: {}", aware.delay_s);
+        // With its node-mate busy past the deadline it crosses the network, late by that link.
+        let across = plan(&input(TransferCost::per_node(&near, &far, node_of.clone()), 1.5)).unwrap();
+        let k = (3..5).find(|&i| across.decoder[i] != across.owner[i]).unwrap();
+        assert_eq!(node_of[across.decoder[k] as usize], 0, "{across:?}");
+        let late = across.batches.iter().find(|b| b.rank == 3).unwrap();
+        assert!((late.ready_s - 1.5 - far.seconds(1 << 20)).abs() < 1e-6, "{across:?}");
+        // Told only of the node's links, the planner sends it to the first idle rank instead.
+        let blind = plan(&input(near.clone(), 0.3)).unwrap();
+        let j = (0..5).find(|&i| blind.decoder[i] != blind.owner[i]).unwrap();
+        assert_eq!(node_of[blind.decoder[j] as usize], 0, "{blind:?}");
+        assert_ne!(blind.hash, aware.hash);
+        // A node table that does not cover the ranks is refused.
+        let short = TransferCost::per_node(&near, &far, vec![0, 1]);
+        assert!(plan(&input(short, 0.3)).unwrap_err().to_string().contains("node_of names 2 ranks"));
     }
 
     #[test]

@@ -45,8 +45,12 @@ pub struct Problem {
     pub max_load_ns: Vec<i64>,
     /// Per sample: decode nanoseconds on one worker.
     pub decode_ns: Vec<i64>,
-    /// Per sample: nanoseconds to send its tensor to another rank.
+    /// Per sample: nanoseconds to send its tensor to another rank of its owner's node.
     pub transfer_ns: Vec<i64>,
+    /// Per sample: nanoseconds to send its tensor from another node (empty: `transfer_ns`).
+    pub transfer_far_ns: Vec<i64>,
+    /// Per rank: its node (empty: every rank on one node).
+    pub node: Vec<u32>,
     /// Per sample: decoded bytes.
     pub bytes: Vec<u64>,
     /// Per rank: bytes of decoded tensors one step's batch may hold (0: no cap).
@@ -219,7 +223,17 @@ impl<'a> State<'a> {
         } else if self.p.exchange_ns[b] != i64::MIN {
             self.p.exchange_ns[b]
         } else {
-            d - self.p.transfer_ns[i]
+            d - self.transfer_of(i)
+        }
+    }
+
+    /// Nanoseconds to send job `i`'s tensor from its decoder to its owner: over the node's own
+    /// links, or between nodes.
+    fn transfer_of(&self, i: usize) -> i64 {
+        let (from, to) = (self.decoder[i] as usize, self.owner[i] as usize);
+        match (self.p.node.get(from), self.p.node.get(to)) {
+            (Some(a), Some(b)) if a != b && !self.p.transfer_far_ns.is_empty() => self.p.transfer_far_ns[i],
+            _ => self.p.transfer_ns[i],
         }
     }
 
@@ -234,7 +248,7 @@ impl<'a> State<'a> {
         let exchange = self.p.exchange_ns[b];
         let sent =
             if exchange != i64::MIN && done <= exchange { exchange } else { done.max(self.p.deadline_ns[b]) };
-        sent + self.p.transfer_ns[i]
+        sent + self.transfer_of(i)
     }
 
     /// Earliest-deadline-first list scheduling of pool `h`; writes arrivals of its jobs.
@@ -484,13 +498,18 @@ fn improve(
     cands.truncate(cands_n);
     // Whether their own batches are on time or wait for someone else's pieces: idle CPUs can
     // help either way.
-    let tried: Vec<usize> = helpers
+    let mut tried: Vec<usize> = helpers
         .by_free
         .iter()
         .map(|&(_, h)| h)
         .filter(|&h| h != owner)
         .take(search.helpers.max(1) as usize)
         .collect();
+    // The first change that helps is kept: of the earliest-free ranks, try the owner's node
+    // first, whose links are the cheaper ones (a stable sort: one node, one order).
+    if !p.node.is_empty() {
+        tried.sort_by_key(|&h| p.node.get(h) != p.node.get(owner));
+    }
     let mut kept: Option<Vec<usize>> = None;
     'search: for &i in &cands {
         for &h in &tried {
@@ -643,6 +662,8 @@ mod tests {
             max_load_ns: vec![0],
             decode_ns: jobs.iter().map(|j| j.1 * 1_000_000).collect(),
             transfer_ns: vec![0; n],
+            transfer_far_ns: Vec::new(),
+            node: Vec::new(),
             bytes: vec![0; n],
             mem_cap: vec![0; ranks],
             id: jobs.iter().map(|j| j.2).collect(),

@@ -60,6 +60,7 @@ use crate::decode::sample::Params;
 use crate::descriptor::Status;
 use crate::emu::Profile;
 use crate::index::Index;
+use crate::plan::TransferCost;
 use crate::policy::{self, Policy};
 
 /// Command-line changes to a workload.
@@ -113,7 +114,14 @@ pub fn prepare(
     // A worker runs one decode at a time: a budget of more cores than workers gets a worker per core.
     let wpr = if over.workers_per_rank.is_some() { wpr } else { wpr.max(cores.ceil() as usize) };
     let links = w.cluster.links();
-    let planner_transfer = links.widest(ranks).clone();
+    // The planner knows the links as a loader measuring them per class would
+    // (`--transfer-model measured`): a node's own, and the network's between nodes.
+    let planner_transfer = if ranks > links.ranks_per_node {
+        let node_of = (0..ranks).map(|r| (r / links.ranks_per_node) as u32).collect();
+        TransferCost::per_node(&links.intra, &links.inter, node_of)
+    } else {
+        links.intra.clone()
+    };
     let cfg = SimConfig {
         policy,
         workers: vec![wpr as u32; ranks],

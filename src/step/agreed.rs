@@ -606,28 +606,24 @@ impl Agreed {
         if ratio <= 0.0 || bps <= 0.0 {
             return self.cfg.transfer.clone();
         }
-        let bands = self
-            .cfg
-            .transfer
-            .bands
-            .iter()
-            .map(|&(up_to, alpha, beta)| {
-                // Seconds per byte: raw 1/β; compressed: compress + decompress (≈ a third) + ratio/β.
-                let raw = 1.0 / beta.max(1.0);
-                let zstd = 1.33 / bps + ratio / beta.max(1.0);
-                (up_to, alpha, 1.0 / raw.min(zstd))
-            })
-            .collect();
-        TransferCost { bands }
+        // Seconds per byte: raw 1/β; compressed: compress + decompress (≈ a third) + ratio/β.
+        self.cfg.transfer.map_bands(|alpha, beta| {
+            let raw = 1.0 / beta.max(1.0);
+            let zstd = 1.33 / bps + ratio / beta.max(1.0);
+            (alpha, 1.0 / raw.min(zstd))
+        })
     }
 
-    /// Whether a tensor of `bytes` is predicted to cross faster compressed (zstd level 1).
-    pub fn compress(&self, bytes: usize) -> bool {
+    /// Whether a tensor of `bytes` is predicted to cross faster compressed (zstd level 1) from
+    /// rank `from` to rank `to` (over a node's own links or between nodes).
+    pub fn compress(&self, bytes: usize, from: usize, to: usize) -> bool {
         let (ratio, bps) = self.zstd_shared;
         if ratio <= 0.0 || bps <= 0.0 {
             return false;
         }
-        let beta = self.cfg.transfer.bands.last().map_or(1e9, |b| b.2).max(1.0);
+        let t = &self.cfg.transfer;
+        let bands = if t.same_node(from, to) { &t.bands } else { &t.inter_node };
+        let beta = bands.last().map_or(1e9, |b| b.2).max(1.0);
         let b = bytes as f64;
         b * (1.33 / bps + ratio / beta) < b / beta
     }
