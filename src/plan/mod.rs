@@ -348,11 +348,15 @@ mod tests {
     use super::*;
     use crate::cost::accel::AccelModel;
 
+    /// A sample of the first planned step with a 1 MiB tensor.
+    fn step0_sample(id: u64, tokens: u64, decode_s: f64) -> SampleIn {
+        SampleIn { id, step: 0, tokens, decode_s, bytes: 1 << 20 }
+    }
+
     /// Four ranks of one worker each; step 0 is due in 2.5 s and holds one sample that takes
     /// 4 s to decode on one worker, plus three light ones.
     fn heavy_step(pieces: Vec<PieceIn>) -> PlanInput {
-        let sample =
-            |id: u64, decode_s: f64| SampleIn { id, step: 0, tokens: 1000, decode_s, bytes: 1 << 20 };
+        let sample = |id: u64, decode_s: f64| step0_sample(id, 1000, decode_s);
         PlanInput {
             first_step: 5,
             samples: vec![sample(1, 4.0), sample(2, 0.1), sample(3, 0.1), sample(4, 0.1)],
@@ -404,18 +408,16 @@ mod tests {
         // LPT gives rank 3 both 1 s decodes against a batch due at 1.5 s: one must move, and
         // with no exchange left it arrives its transfer after the deadline. Rank 2 shares rank
         // 3's node but is busy until 0.3 s; ranks 0 and 1 are idle across a 100 MB/s network.
-        let sample =
-            |id: u64, tokens: u64, decode_s: f64| SampleIn { id, step: 0, tokens, decode_s, bytes: 1 << 20 };
         let near = TransferCost::linear(20e-6, 5e9);
         let far = TransferCost::linear(50e-6, 1e8);
         let input = |transfer: TransferCost, rank2_busy_s: f64| PlanInput {
             first_step: 0,
             samples: vec![
-                sample(1, 3000, 0.1),
-                sample(2, 3000, 0.1),
-                sample(3, 3000, 0.1),
-                sample(4, 1000, 1.0),
-                sample(5, 1000, 1.0),
+                step0_sample(1, 3000, 0.1),
+                step0_sample(2, 3000, 0.1),
+                step0_sample(3, 3000, 0.1),
+                step0_sample(4, 1000, 1.0),
+                step0_sample(5, 1000, 1.0),
             ],
             ranks: (0..4)
                 .map(|r| RankState {
@@ -473,16 +475,14 @@ mod tests {
     fn a_batch_on_time_by_a_hair_hands_work_to_an_idle_rank_under_a_guard() {
         // LPT gives the three 2000-token samples a rank each and both 1000-token ones to the
         // fourth rank: 2.2 s + 0.25 s of decode against a batch due in 2.5 s — on time by 50 ms.
-        let sample =
-            |id: u64, tokens: u64, decode_s: f64| SampleIn { id, step: 0, tokens, decode_s, bytes: 1 << 20 };
         let input = |guard_share: f64| PlanInput {
             first_step: 0,
             samples: vec![
-                sample(1, 1000, 2.2),
-                sample(2, 1000, 0.25),
-                sample(3, 2000, 0.1),
-                sample(4, 2000, 0.1),
-                sample(5, 2000, 0.1),
+                step0_sample(1, 1000, 2.2),
+                step0_sample(2, 1000, 0.25),
+                step0_sample(3, 2000, 0.1),
+                step0_sample(4, 2000, 0.1),
+                step0_sample(5, 2000, 0.1),
             ],
             ranks: vec![RankState { workers: 1, accel_free_s: 2.5, queued_cpu_s: 0.0, mem_cap: 0 }; 4],
             accel: AccelModel { c0: 0.5, a: 1e-4, b: 0.0 },
