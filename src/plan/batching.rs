@@ -63,9 +63,11 @@ fn fits(cap: &[u64], used: &[u64], r: usize, mem: u64) -> bool {
 
 /// Items by weight descending, then id ascending (the order both heuristics consume them in).
 fn heaviest_first(items: &Items<'_>) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..items.len()).collect();
-    order.sort_unstable_by_key(|&i| (Reverse(items.weight[i]), items.id[i]));
-    order
+    // The keys sorted beside their items, not looked up per comparison.
+    let mut keyed: Vec<(Reverse<u64>, u64, usize)> =
+        (0..items.len()).map(|i| (Reverse(items.weight[i]), items.id[i], i)).collect();
+    keyed.sort_unstable();
+    keyed.into_iter().map(|(_, _, i)| i).collect()
 }
 
 /// Longest processing time first: each item, heaviest first, to the least-loaded rank that has
@@ -77,6 +79,16 @@ pub fn lpt(items: &Items<'_>, ranks: usize, cap: &[u64]) -> Vec<u32> {
     let mut heap: BinaryHeap<Reverse<(u64, u32, usize)>> = (0..ranks).map(|r| Reverse((0, 0, r))).collect();
     let mut skipped = Vec::new();
     for i in heaviest_first(items) {
+        // The usual case: the least-loaded rank has room; its key grows in place (one sift).
+        if let Some(mut top) = heap.peek_mut() {
+            let Reverse((load, count, r)) = *top;
+            if fits(cap, &used, r, items.mem[i]) {
+                owner[i] = r as u32;
+                used[r] += items.mem[i];
+                *top = Reverse((load + items.weight[i], count + 1, r));
+                continue;
+            }
+        }
         let mut chosen = None;
         while let Some(Reverse((load, count, r))) = heap.pop() {
             if fits(cap, &used, r, items.mem[i]) {
@@ -107,10 +119,22 @@ pub fn local_search(items: &Items<'_>, cap: &[u64], owner: &mut [u32], ranks: us
     let lb = lower_bound(items, ranks);
     let mut load = loads(items, owner, ranks);
     let mut used = vec![0u64; ranks];
-    let mut held: Vec<Vec<usize>> = vec![Vec::new(); ranks];
+    // Per rank: (weight, item) of the items it holds (the weight beside the item: the swap
+    // scan reads every held item's weight, and a lookup per item was most of its time).
+    let mut held: Vec<Vec<(u64, usize)>> = vec![Vec::new(); ranks];
     for (i, &o) in owner.iter().enumerate() {
         used[o as usize] += items.mem[i];
-        held[o as usize].push(i);
+        held[o as usize].push((items.weight[i], i));
+    }
+    // Without memory caps, every swap is allowed and the best partner of an item on a rank is
+    // found among that rank's weights in order (a binary search instead of a scan).
+    let uncapped = cap.iter().all(|&c| c == 0);
+    let mut sorted: Vec<Vec<u64>> = Vec::new();
+    if uncapped {
+        sorted = held.iter().map(|h| h.iter().map(|&(w, _)| w).collect()).collect();
+        for w in &mut sorted {
+            w.sort_unstable();
+        }
     }
     let mut by_load: BTreeSet<(u64, usize)> = (0..ranks).map(|r| (load[r], r)).collect();
     for _ in 0..rounds {
@@ -122,8 +146,7 @@ pub fn local_search(items: &Items<'_>, cap: &[u64], owner: &mut [u32], ranks: us
         let mut best: Option<(u64, usize, usize, usize, Option<usize>)> = None;
         let targets: Vec<(u64, usize)> =
             by_load.iter().filter(|&&(_, r)| r != m).take(TARGETS).copied().collect();
-        for &i in &held[m] {
-            let wi = items.weight[i];
+        for &(wi, i) in &held[m] {
             for &(ln, n) in &targets {
                 // Move i from m to n.
                 if ln + wi < max && fits(cap, &used, n, items.mem[i]) {
@@ -132,9 +155,30 @@ pub fn local_search(items: &Items<'_>, cap: &[u64], owner: &mut [u32], ranks: us
                         best = Some((worst, 0, i, n, None));
                     }
                 }
-                // Swap i with a lighter j of n.
-                for &j in &held[n] {
-                    let wj = items.weight[j];
+                // Swap i with a lighter j of n: the result is at least `max - wi` (m keeps the
+                // rest) and at least `ln + 1` (n gains more than it gives), so when the best so
+                // far is no worse no j of n can beat it.
+                if best.is_some_and(|b| b.0 <= (max - wi).max(ln + 1)) {
+                    continue;
+                }
+                if uncapped {
+                    // The swaps allowed take a j of weight in (ln + wi - max, wi); the result,
+                    // `max(max - wi + wj, ln + wi - wj)`, is least where the two cross. The scan
+                    // below keeps the first j of the least result: so does this.
+                    let least = least_swap(&sorted[n], wi, ln, max);
+                    if let Some(worst) = least.filter(|&w| best.is_none_or(|b| w < b.0)) {
+                        let j = held[n]
+                            .iter()
+                            .find(|&&(wj, _)| {
+                                wj < wi && ln + wi < max + wj && (max - wi + wj).max(ln + wi - wj) == worst
+                            })
+                            .expect("the least swap's item is held")
+                            .1;
+                        best = Some((worst, 1, i, n, Some(j)));
+                    }
+                    continue;
+                }
+                for &(wj, j) in &held[n] {
                     if wj >= wi || ln + wi - wj >= max {
                         continue;
                     }
@@ -161,15 +205,43 @@ pub fn local_search(items: &Items<'_>, cap: &[u64], owner: &mut [u32], ranks: us
             by_load.insert((load[from], from));
             by_load.insert((load[to], to));
             owner[item] = to as u32;
-            let pos = held[from].iter().position(|&x| x == item).expect("item is held by its owner");
-            held[from].swap_remove(pos);
-            held[to].push(item);
+            let pos = held[from].iter().position(|&(_, x)| x == item).expect("item is held by its owner");
+            let entry = held[from].swap_remove(pos);
+            held[to].push(entry);
+            if uncapped {
+                let w = items.weight[item];
+                let at = sorted[from].partition_point(|&x| x < w);
+                sorted[from].remove(at);
+                let at = sorted[to].partition_point(|&x| x < w);
+                sorted[to].insert(at, w);
+            }
         };
         shift(i, m, n, &mut load);
         if let Some(j) = swap {
             shift(j, n, m, &mut load);
         }
     }
+}
+
+/// The least `max(max - wi + wj, ln + wi - wj)` over the weights `wj` of `weights` (ascending)
+/// with `wj < wi` and `ln + wi - wj < max`: swapping an item of weight `wi` off the most-loaded
+/// rank (load `max`) for one of a rank of load `ln`. `None` when no weight qualifies.
+fn least_swap(weights: &[u64], wi: u64, ln: u64, max: u64) -> Option<u64> {
+    let start = weights.partition_point(|&w| ln + wi >= max + w);
+    let end = weights.partition_point(|&w| w < wi);
+    if start >= end {
+        return None;
+    }
+    let range = &weights[start..end];
+    let worst = |wj: u64| (max - wi + wj).max(ln + wi - wj);
+    // The first term grows with wj, the second falls: the least is beside where they cross.
+    let cross = range.partition_point(|&wj| max - wi + wj < ln + wi - wj);
+    [cross.checked_sub(1), Some(cross)]
+        .into_iter()
+        .flatten()
+        .filter(|&k| k < range.len())
+        .map(|k| worst(range[k]))
+        .min()
 }
 
 /// Karmarkar–Karp largest differencing, R-way: repeatedly merge the two partial partitions whose
@@ -250,6 +322,44 @@ mod tests {
         let owner = lpt(&it, 4, &[0; 4]);
         for r in 0..4 {
             assert_eq!(owner.iter().filter(|&&o| o == r).count(), 2);
+        }
+    }
+
+    proptest::proptest! {
+        // The binary search finds the least swap a scan of every weight finds.
+        #[test]
+        fn the_least_swap_is_the_scans(
+            mut weights in proptest::collection::vec(0u64..60, 0..12),
+            wi in 0u64..60,
+            ln in 0u64..100,
+            extra in 0u64..100,
+        ) {
+            weights.sort_unstable();
+            let max = (ln + extra).max(wi);
+            let scan = weights
+                .iter()
+                .filter(|&&wj| wj < wi && ln + wi < max + wj)
+                .map(|&wj| (max - wi + wj).max(ln + wi - wj))
+                .min();
+            proptest::prop_assert_eq!(least_swap(&weights, wi, ln, max), scan);
+        }
+
+        // Without caps the search takes the binary-search path; with caps no item can exceed,
+        // the scan: both make the same changes (equal weights included).
+        #[test]
+        fn local_search_without_caps_changes_what_the_scan_changes(
+            w in proptest::collection::vec(0u64..40, 1..40),
+            ranks in 1usize..7,
+            rounds in 0u32..40,
+        ) {
+            let id: Vec<u64> = (0..w.len() as u64).map(|i| i / 3).collect();
+            let mem = vec![1u64; w.len()];
+            let it = items(&w, &mem, &id);
+            let start = lpt(&it, ranks, &vec![0; ranks]);
+            let (mut fast, mut scanned) = (start.clone(), start);
+            local_search(&it, &vec![0; ranks], &mut fast, ranks, rounds);
+            local_search(&it, &vec![u64::MAX / 4; ranks], &mut scanned, ranks, rounds);
+            proptest::prop_assert_eq!(fast, scanned);
         }
     }
 

@@ -158,6 +158,19 @@ impl Fnv {
 
 /// Makes the plan. Pure: the same input gives the same plan, bit for bit.
 pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
+    plan_as(input, input.first_step, &input.options, &input.pieces)
+}
+
+/// [`plan`] of `input` as a policy plans it: from step `first_step`, with its `options` and
+/// `pieces`, without copying the input. `input` is validated with its own options and pieces:
+/// `options` must differ from them only in the choice of methods, and `pieces` must be
+/// `input.pieces` or none.
+pub(crate) fn plan_as(
+    input: &PlanInput,
+    first_step: u64,
+    options: &PlanOptions,
+    pieces: &[PieceIn],
+) -> Result<Plan, PlanError> {
     input.validate().map_err(PlanError)?;
     let r = input.ranks.len();
     let steps = input.steps().max(1);
@@ -179,12 +192,12 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         let m: Vec<u64> = idx.iter().map(|&i| mem[i]).collect();
         let id: Vec<u64> = idx.iter().map(|&i| ids[i]).collect();
         let items = batching::Items { weight: &w, mem: &m, id: &id };
-        let split = match input.options.batching {
+        let split = match options.batching {
             Batching::Strided => batching::strided(idx.len(), r),
             Batching::Lpt => batching::lpt(&items, r, &caps),
             Batching::LptLocalSearch => {
                 let mut o = batching::lpt(&items, r, &caps);
-                batching::local_search(&items, &caps, &mut o, r, input.options.local_search_rounds);
+                batching::local_search(&items, &caps, &mut o, r, options.local_search_rounds);
                 o
             }
             Batching::KarmarkarKarp => batching::karmarkar_karp(&items, r),
@@ -234,9 +247,9 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
     let mut job_bytes = mem.clone();
     let mut split = vec![false; n];
     let mut part = 0u32;
-    for (k, pc) in input.pieces.iter().enumerate() {
+    for (k, pc) in pieces.iter().enumerate() {
         let i = pc.sample as usize;
-        part = if k > 0 && input.pieces[k - 1].sample == pc.sample { part + 1 } else { 0 };
+        part = if k > 0 && pieces[k - 1].sample == pc.sample { part + 1 } else { 0 };
         split[i] = true;
         if part == 0 {
             job_decode[i] = ns(pc.decode_s);
@@ -269,10 +282,10 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         backlog_ns: input.ranks.iter().map(|s| ns(s.queued_cpu_s / s.workers.max(1) as f64)).collect(),
         deadline_ns: deadline.clone(),
         exchange_ns: exchange,
-        tolerance_ns: ns(input.options.miss_tolerance_s),
-        guard_ns: deadline.iter().map(|&d| (input.options.guard_share * d as f64).max(0.0) as i64).collect(),
+        tolerance_ns: ns(options.miss_tolerance_s),
+        guard_ns: deadline.iter().map(|&d| (options.guard_share * d as f64).max(0.0) as i64).collect(),
     };
-    let o = &input.options;
+    let o = options;
     let search = placement::Search {
         offload: o.placement,
         swap_owners: o.placement && o.swap_owners,
@@ -299,7 +312,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         for q in 0..r {
             let (count, bytes) = counts[q * steps + k];
             batches.push(BatchPrediction {
-                step: input.first_step + k as u64,
+                step: first_step + k as u64,
                 rank: q as u32,
                 samples: count,
                 accel_s: secs(c0 as i64 + accel[q * steps + k]),
@@ -310,7 +323,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         }
     }
     let mut h = Fnv::default();
-    h.u64(input.first_step).u64(r as u64).u64(n as u64);
+    h.u64(first_step).u64(r as u64).u64(n as u64);
     for i in 0..n {
         h.u64(ids[i]).u64(owner[i] as u64).u64(placed.decoder[i] as u64);
     }
@@ -324,7 +337,7 @@ pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
         }
     }
     Ok(Plan {
-        first_step: input.first_step,
+        first_step,
         owner,
         decoder: placed.decoder,
         jobs,

@@ -26,8 +26,12 @@
 //! idle ranks (offloads are only made to improve these, so fewer bytes move). All times are
 //! integer nanoseconds: exact and rank-independent.
 
+mod spread;
+
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
+
+use spread::spread_pieces;
 
 /// A placement problem: decode jobs with owners, and each rank's workers, backlog and deadlines.
 /// ("Sample" below means a job: a whole sample or a piece of one.)
@@ -152,6 +156,7 @@ impl MaxTree {
 /// lateness, then the risk of their jobs ([`State::risk_of`]).
 type Objective = (i64, u64, i64, i64);
 
+#[cfg_attr(test, derive(Clone))]
 struct State<'a> {
     p: &'a Problem,
     ranks: usize,
@@ -168,6 +173,38 @@ struct State<'a> {
     late_by_step: Vec<MaxTree>,
     load: Vec<i64>,
     used: Vec<u64>,
+    /// Per batch: its risk ([`State::risk_of`]), kept as the sum of its jobs' shares, which
+    /// change only where a pool is simulated again (summing a batch's jobs at every tried move
+    /// cost seconds a plan once samples were split in sixteen pieces over thousands of ranks).
+    risk: Vec<i64>,
+    /// Per job: its share of its batch's risk.
+    risk_share: Vec<i64>,
+    /// Batches one of whose jobs arrives at another time since the last refresh: only their
+    /// readiness can have changed.
+    stale: Vec<usize>,
+    /// Batches whose readiness changed since the search last looked, with their readiness
+    /// before (the search keeps the latest batch at hand from them; an undone move restores it).
+    moved: Vec<(usize, i64)>,
+    /// What the last [`State::relocate`] changed, to undo it.
+    undo: Undo,
+    /// Scratch space for [`State::simulate`]'s workers.
+    workers_free: Vec<Reverse<(i64, usize)>>,
+}
+
+/// What a relocation changed: both pools as they were, and every job of theirs' predicted times
+/// before it. Undoing restores them instead of simulating both pools again (half the work of a
+/// tried move, and most tried moves are undone).
+#[derive(Clone, Default)]
+struct Undo {
+    job: usize,
+    from: usize,
+    to: usize,
+    pool_from: Vec<u32>,
+    pool_to: Vec<u32>,
+    /// `(job, done, arrival, risk share)` before.
+    times: Vec<(u32, i64, i64, i64)>,
+    /// `State::moved`'s length before.
+    moved_mark: usize,
 }
 
 impl<'a> State<'a> {
@@ -187,7 +224,24 @@ impl<'a> State<'a> {
             late_by_step: vec![MaxTree::new(ranks); p.steps],
             load: vec![0; ranks * p.steps],
             used: vec![0; ranks * p.steps],
+            risk: vec![0; ranks * p.steps],
+            risk_share: vec![0; p.owner.len()],
+            stale: Vec::new(),
+            moved: Vec::new(),
+            undo: Undo::default(),
+            workers_free: Vec::new(),
         };
+        let (mut pool_len, mut batch_len) = (vec![0usize; ranks], vec![0usize; s.ready.len()]);
+        for i in 0..p.owner.len() {
+            pool_len[s.decoder[i] as usize] += 1;
+            batch_len[s.batch_of(i)] += 1;
+        }
+        for (pool, &len) in s.pools.iter_mut().zip(&pool_len) {
+            pool.reserve_exact(len);
+        }
+        for (batch, &len) in s.batch_samples.iter_mut().zip(&batch_len) {
+            batch.reserve_exact(len);
+        }
         for i in 0..p.owner.len() {
             s.pools[s.decoder[i] as usize].push(i as u32);
             let b = s.batch_of(i);
@@ -195,13 +249,22 @@ impl<'a> State<'a> {
             s.load[b] += p.accel_ns[i];
             s.used[b] += p.bytes[i];
         }
+        // Each pool in order, its keys computed once per job and sorted beside it (every key is
+        // distinct, so the order is the one any sort gives).
+        let mut keyed = Vec::new();
         for h in 0..ranks {
+            keyed.clear();
+            keyed.extend(s.pools[h].iter().map(|&i| (s.edf_key(i as usize), i)));
+            keyed.sort_unstable();
+            s.pools[h].clear();
+            s.pools[h].extend(keyed.iter().map(|&(_, i)| i));
             s.simulate(h);
         }
         for b in 0..s.ready.len() {
             s.ready[b] = s.batch_ready(b);
             s.late_by_step[b % p.steps].set(b / p.steps, s.ready[b] - p.deadline_ns[b]);
         }
+        s.stale.clear();
         s
     }
 
@@ -229,10 +292,14 @@ impl<'a> State<'a> {
 
     /// Nanoseconds to send job `i`'s tensor from its decoder to its owner: over the node's own
     /// links, or between nodes.
+    #[inline]
     fn transfer_of(&self, i: usize) -> i64 {
+        if self.p.transfer_far_ns.is_empty() {
+            return self.p.transfer_ns[i];
+        }
         let (from, to) = (self.decoder[i] as usize, self.owner[i] as usize);
         match (self.p.node.get(from), self.p.node.get(to)) {
-            (Some(a), Some(b)) if a != b && !self.p.transfer_far_ns.is_empty() => self.p.transfer_far_ns[i],
+            (Some(a), Some(b)) if a != b => self.p.transfer_far_ns[i],
             _ => self.p.transfer_ns[i],
         }
     }
@@ -251,26 +318,45 @@ impl<'a> State<'a> {
         sent + self.transfer_of(i)
     }
 
-    /// Earliest-deadline-first list scheduling of pool `h`; writes arrivals of its jobs.
+    /// Earliest-deadline-first list scheduling of pool `h` (kept in [`State::edf_key`] order);
+    /// writes the predicted times of its jobs.
     fn simulate(&mut self, h: usize) {
-        let mut jobs = std::mem::take(&mut self.pools[h]);
-        // Keys computed once per job, not once per comparison (a job's deadline is a few lookups).
-        jobs.sort_by_cached_key(|&i| {
-            let i = i as usize;
-            (self.job_deadline(i), Reverse(self.p.decode_ns[i]), self.p.id[i], i)
-        });
+        let jobs = std::mem::take(&mut self.pools[h]);
         let w = self.p.workers[h].max(1) as usize;
-        let mut free: BinaryHeap<Reverse<(i64, usize)>> =
-            (0..w).map(|k| Reverse((self.p.backlog_ns[h], k))).collect();
+        let mut free = std::mem::take(&mut self.workers_free);
+        free.clear();
+        free.extend((0..w).map(|k| Reverse((self.p.backlog_ns[h], k))));
+        let mut free = BinaryHeap::from(free);
         for &i in &jobs {
             let i = i as usize;
-            let Reverse((t, k)) = free.pop().expect("at least one worker");
-            let done = t + self.p.decode_ns[i];
-            free.push(Reverse((done, k)));
+            // The worker that frees up first takes it (its key grows in place: one sift).
+            let mut first = free.peek_mut().expect("at least one worker");
+            let done = first.0 .0 + self.p.decode_ns[i];
+            first.0 .0 = done;
+            drop(first);
             self.done[i] = done;
-            self.arrival[i] = self.arrival_of(i, done);
+            let arrival = self.arrival_of(i, done);
+            let b = self.batch_of(i);
+            if arrival != self.arrival[i] {
+                self.arrival[i] = arrival;
+                self.stale.push(b);
+            }
+            let share = self.risk_share_of(i);
+            self.risk[b] += share - self.risk_share[i];
+            self.risk_share[i] = share;
         }
         self.pools[h] = jobs;
+        self.workers_free = free.into_vec();
+    }
+
+    /// How far job `i` finishes inside its batch's guard before it is due (0 without a guard,
+    /// or when it keeps it).
+    fn risk_share_of(&self, i: usize) -> i64 {
+        let guard = self.p.guard_ns.get(self.batch_of(i)).copied().unwrap_or(0);
+        if guard <= 0 {
+            return 0;
+        }
+        (guard - (self.job_deadline(i) - self.done[i])).clamp(0, guard)
     }
 
     fn batch_ready(&self, b: usize) -> i64 {
@@ -298,14 +384,7 @@ impl<'a> State<'a> {
     /// Σ over batch `b`'s jobs of how far each finishes inside the batch's guard before it is
     /// due (0 without a guard, or when every job keeps it).
     fn risk_of(&self, b: usize) -> i64 {
-        let guard = self.p.guard_ns.get(b).copied().unwrap_or(0);
-        if guard <= 0 {
-            return 0;
-        }
-        self.batch_samples[b]
-            .iter()
-            .map(|&i| (guard - (self.job_deadline(i as usize) - self.done[i as usize])).clamp(0, guard))
-            .sum()
+        self.risk[b]
     }
 
     /// How late step `k`'s latest batch is (0 when every batch is on time).
@@ -325,21 +404,45 @@ impl<'a> State<'a> {
         out
     }
 
+    /// Moves job `i` from pool `from` to pool `to`, at its place in `to`'s order (its key
+    /// there: its owner may have changed, and where it is decoded changes its deadline).
     fn move_job(&mut self, i: usize, from: usize, to: usize) {
         let pos = self.pools[from].iter().position(|&x| x as usize == i).expect("job is in its pool");
-        self.pools[from].swap_remove(pos);
-        self.pools[to].push(i as u32);
+        self.pools[from].remove(pos);
         self.decoder[i] = to as u32;
+        let key = self.edf_key(i);
+        let at = self.pools[to].partition_point(|&j| self.edf_key(j as usize) < key);
+        self.pools[to].insert(at, i as u32);
     }
 
-    fn refresh(&mut self, a: usize, b: usize, batches: &[usize]) -> Objective {
+    /// The order of a pool's jobs: earliest deadline first, then the longer job, then the id
+    /// (and the index: every job has its own key, so a pool kept in order by insertions is in the
+    /// order a sort gives).
+    fn edf_key(&self, i: usize) -> (i64, Reverse<i64>, u64, usize) {
+        (self.job_deadline(i), Reverse(self.p.decode_ns[i]), self.p.id[i], i)
+    }
+
+    /// Simulates pools `a` and `b` again and updates the readiness of the batches that changed
+    /// (those with a job arriving at another time, and `regrouped`, whose jobs changed); returns
+    /// the objective over `batches`, which hold them all.
+    fn refresh(&mut self, a: usize, b: usize, batches: &[usize], regrouped: &[usize]) -> Objective {
+        self.stale.clear();
+        self.stale.extend_from_slice(regrouped);
         self.simulate(a);
         self.simulate(b);
-        for &x in batches {
-            self.ready[x] = self.batch_ready(x);
-            let steps = self.p.steps;
-            self.late_by_step[x % steps].set(x / steps, self.ready[x] - self.p.deadline_ns[x]);
+        let mut stale = std::mem::take(&mut self.stale);
+        stale.sort_unstable();
+        stale.dedup();
+        let steps = self.p.steps;
+        for &x in &stale {
+            let ready = self.batch_ready(x);
+            if ready != self.ready[x] {
+                self.moved.push((x, self.ready[x]));
+                self.ready[x] = ready;
+                self.late_by_step[x % steps].set(x / steps, ready - self.p.deadline_ns[x]);
+            }
         }
+        self.stale = stale;
         self.objective_of(batches)
     }
 
@@ -350,9 +453,48 @@ impl<'a> State<'a> {
         let from = self.decoder[i] as usize;
         let batches = self.affected(from, to);
         let before = self.objective_of(&batches);
+        self.save(i, from, to);
         self.move_job(i, from, to);
-        let after = self.refresh(from, to, &batches);
+        let after = self.refresh(from, to, &batches, &[]);
         (before, after, batches)
+    }
+
+    /// Records what relocating job `i` from pool `from` to `to` will change.
+    fn save(&mut self, i: usize, from: usize, to: usize) {
+        let mut u = std::mem::take(&mut self.undo);
+        (u.job, u.from, u.to) = (i, from, to);
+        u.pool_from.clone_from(&self.pools[from]);
+        u.pool_to.clone_from(&self.pools[to]);
+        u.times.clear();
+        for &j in self.pools[from].iter().chain(&self.pools[to]) {
+            let x = j as usize;
+            u.times.push((j, self.done[x], self.arrival[x], self.risk_share[x]));
+        }
+        u.moved_mark = self.moved.len();
+        self.undo = u;
+    }
+
+    /// Undoes the last [`State::relocate`]: the state is as it was before, bit for bit.
+    fn undo_relocate(&mut self) {
+        let mut u = std::mem::take(&mut self.undo);
+        std::mem::swap(&mut self.pools[u.from], &mut u.pool_from);
+        std::mem::swap(&mut self.pools[u.to], &mut u.pool_to);
+        self.decoder[u.job] = u.from as u32;
+        for &(j, done, arrival, share) in &u.times {
+            let x = j as usize;
+            self.done[x] = done;
+            self.arrival[x] = arrival;
+            let b = self.batch_of(x);
+            self.risk[b] += share - self.risk_share[x];
+            self.risk_share[x] = share;
+        }
+        let steps = self.p.steps;
+        for &(x, ready) in self.moved[u.moved_mark..].iter().rev() {
+            self.ready[x] = ready;
+            self.late_by_step[x % steps].set(x / steps, ready - self.p.deadline_ns[x]);
+        }
+        self.moved.truncate(u.moved_mark);
+        self.undo = u;
     }
 
     /// Exchanges the owners of `i` (owned and decoded by one rank) and `j` (owned and decoded by
@@ -361,8 +503,11 @@ impl<'a> State<'a> {
         let (a, b) = (self.owner[i] as usize, self.owner[j] as usize);
         let mut batches = self.affected(a, b);
         let before = self.objective_of(&batches);
+        let mut regrouped = Vec::with_capacity(4);
         for (x, from, to) in [(i, a, b), (j, b, a)] {
             let old = self.batch_of(x);
+            // Its risk moves with it: taken off here, added where its new pool is simulated.
+            self.risk[old] -= std::mem::take(&mut self.risk_share[x]);
             self.batch_samples[old].retain(|&y| y as usize != x);
             self.load[old] -= self.p.accel_ns[x];
             self.used[old] -= self.p.bytes[x];
@@ -373,10 +518,11 @@ impl<'a> State<'a> {
             self.used[new] += self.p.bytes[x];
             self.move_job(x, from, to);
             batches.push(new);
+            regrouped.extend([old, new]);
         }
         batches.sort_unstable();
         batches.dedup();
-        let after = self.refresh(a, b, &batches);
+        let after = self.refresh(a, b, &batches, &regrouped);
         (before, after, batches)
     }
 
@@ -414,49 +560,6 @@ impl<'a> State<'a> {
     }
 }
 
-/// The starting decoder of every job: its owner, except the pieces of split samples. A sample
-/// is split because one worker would not decode it in time, so its pieces start side by side:
-/// the largest first, each on the rank whose workers free up first (backlog, the whole samples it
-/// decodes, and the pieces given so far, per worker; ties to the lower rank), never two pieces
-/// of one sample on one rank while another rank has none of it. The search then moves them on.
-fn spread_pieces(p: &Problem, ranks: usize) -> Vec<u32> {
-    let mut decoder = p.owner.clone();
-    let mut busy: Vec<i64> = p.backlog_ns.clone();
-    for i in (0..p.owner.len()).filter(|&i| !p.pinned[i]) {
-        busy[p.owner[i] as usize] += p.decode_ns[i];
-    }
-    let key = |busy: &[i64], h: usize| Reverse((busy[h] / p.workers[h].max(1) as i64, h));
-    // The ranks by when they free up, first first (a binary heap: at thousands of ranks and a
-    // hundred thousand pieces, an ordered set's updates were most of the planning time).
-    let mut free_first: BinaryHeap<Reverse<(i64, usize)>> = (0..ranks).map(|h| key(&busy, h)).collect();
-    let mut pieces: Vec<usize> = (0..p.owner.len()).filter(|&i| p.pinned[i]).collect();
-    pieces.sort_by_key(|&i| (Reverse(p.decode_ns[i]), p.id[i], i));
-    // The ranks each split sample's pieces took so far (a sample has at most `ranks` pieces).
-    let mut taken: std::collections::HashMap<u64, Vec<usize>> = std::collections::HashMap::new();
-    // Ranks taken off the heap while looking for one this sample has no piece on yet.
-    let mut passed: Vec<usize> = Vec::new();
-    for i in pieces {
-        let mine = taken.entry(p.id[i]).or_default();
-        passed.clear();
-        let h = loop {
-            match free_first.pop() {
-                Some(Reverse((_, h))) if mine.contains(&h) => passed.push(h),
-                Some(Reverse((_, h))) => break h,
-                // Every rank holds a piece of it already: the one that frees up first.
-                None => break passed.remove(0),
-            }
-        };
-        for &q in &passed {
-            free_first.push(key(&busy, q));
-        }
-        busy[h] += p.decode_ns[i];
-        free_first.push(key(&busy, h));
-        decoder[i] = h as u32;
-        mine.push(h);
-    }
-    decoder
-}
-
 /// Late batches in a row the search may fail to help before it stops: when the latest 256
 /// cannot be helped, those less late seldom can (every batch is late when nothing is measured
 /// yet, and trying each of thousands cost most of a plan's time). Planning one step at a time
@@ -471,6 +574,52 @@ pub const RISK_TRIES: usize = 32;
 struct Helpers {
     free_key: Vec<i64>,
     by_free: BTreeSet<(i64, usize)>,
+}
+
+/// The latest late batch, kept at hand as the search changes batches' readiness (a scan of
+/// every batch per change was a tenth of a plan at thousands of ranks): a heap of
+/// `(lateness, earlier step, lower rank)` entries, each pushed when a batch's readiness changes;
+/// an entry no longer current is dropped when it comes to the top.
+struct LatestBatch {
+    heap: BinaryHeap<(i64, Reverse<usize>, Reverse<usize>)>,
+}
+
+impl LatestBatch {
+    fn new(s: &State<'_>) -> LatestBatch {
+        let mut latest = LatestBatch { heap: BinaryHeap::new() };
+        latest.push_all(s, 0..s.ready.len());
+        latest
+    }
+
+    fn push_all(&mut self, s: &State<'_>, batches: impl Iterator<Item = usize>) {
+        let steps = s.p.steps;
+        for b in batches {
+            let late = s.ready[b] - s.p.deadline_ns[b];
+            if late > s.p.tolerance_ns {
+                self.heap.push((late, Reverse(b % steps), Reverse(b / steps)));
+            }
+        }
+    }
+
+    /// Takes in the batches whose readiness changed.
+    fn update(&mut self, s: &mut State<'_>) {
+        let moved = std::mem::take(&mut s.moved);
+        self.push_all(s, moved.iter().map(|&(b, _)| b));
+        s.moved = moved;
+        s.moved.clear();
+    }
+
+    /// The latest late batch not `stuck` (ties: the earlier step, then the lower rank).
+    fn pick(&mut self, s: &State<'_>, stuck: &[bool]) -> Option<usize> {
+        while let Some(&(late, Reverse(k), Reverse(r))) = self.heap.peek() {
+            let b = r * s.p.steps + k;
+            if !stuck[b] && late == s.ready[b] - s.p.deadline_ns[b] {
+                return Some(b);
+            }
+            self.heap.pop();
+        }
+        None
+    }
 }
 
 /// Changes kept so far.
@@ -520,7 +669,7 @@ fn improve(
                     kept = Some(batches);
                     break 'search;
                 }
-                s.relocate(i, owner);
+                s.undo_relocate();
             }
             if search.swap_owners && !p.pinned[i] {
                 if let Some(j) = s.swap_partner(i, h) {
@@ -563,19 +712,16 @@ pub fn place(p: &Problem, search: Search) -> Placement {
         //    lower rank), until [`STUCK_IN_A_ROW`] of them in a row were not helped.
         let mut stuck = vec![false; s.ready.len()];
         let mut stuck_in_a_row = 0usize;
+        let mut latest = LatestBatch::new(&s);
         while moves.offloads + moves.swaps < search.max_moves && stuck_in_a_row < STUCK_IN_A_ROW {
-            let worst = (0..s.ready.len())
-                .filter(|&b| !stuck[b])
-                .map(|b| (s.ready[b] - p.deadline_ns[b], b))
-                .filter(|&(late, _)| late > p.tolerance_ns)
-                .max_by_key(|&(late, b)| (late, Reverse(b % p.steps), Reverse(b / p.steps)));
-            let Some((_, b)) = worst else { break };
+            let Some(b) = latest.pick(&s, &stuck) else { break };
             if improve(&mut s, b, 3, search, &mut helpers, &mut moves) {
                 stuck_in_a_row = 0;
             } else {
                 stuck[b] = true;
                 stuck_in_a_row += 1;
             }
+            latest.update(&mut s);
         }
         // 2. Then the batches most at risk, each tried once ([`RISK_TRIES`] of them at most: the
         //    search stays bounded at thousands of ranks).
@@ -621,7 +767,130 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use super::{spread_pieces, MaxTree, Problem};
+    use super::{spread_pieces, MaxTree, Problem, State};
+
+    /// Everything a move changes and an undone one must restore.
+    type Snapshot =
+        (Vec<Vec<u32>>, Vec<u32>, Vec<u32>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>);
+
+    fn snapshot(s: &State<'_>) -> Snapshot {
+        let late = s.late_by_step.iter().map(MaxTree::max).collect();
+        (
+            s.pools.clone(),
+            s.owner.clone(),
+            s.decoder.clone(),
+            s.done.clone(),
+            s.arrival.clone(),
+            s.ready.clone(),
+            s.risk.clone(),
+            s.risk_share.clone(),
+            late,
+        )
+    }
+
+    /// What the state keeps up to date move by move is what a fresh computation gives: pools in
+    /// order, predicted times, readiness, risk, and each step's latest batch.
+    fn assert_consistent(s: &State<'_>) {
+        let p = s.p;
+        for h in 0..s.ranks {
+            let keys: Vec<_> = s.pools[h].iter().map(|&i| s.edf_key(i as usize)).collect();
+            assert!(keys.windows(2).all(|w| w[0] < w[1]), "pool {h} out of order");
+            assert!(
+                s.pools[h].iter().all(|&i| s.decoder[i as usize] as usize == h),
+                "pool {h} holds others' jobs"
+            );
+        }
+        let mut fresh = s.clone();
+        for h in 0..s.ranks {
+            fresh.simulate(h);
+        }
+        assert_eq!((&fresh.done, &fresh.arrival, &fresh.risk_share), (&s.done, &s.arrival, &s.risk_share));
+        for b in 0..s.ready.len() {
+            assert_eq!(s.ready[b], s.batch_ready(b), "batch {b}'s readiness");
+            let risk: i64 = s.batch_samples[b].iter().map(|&i| s.risk_share_of(i as usize)).sum();
+            assert_eq!(s.risk[b], risk, "batch {b}'s risk");
+        }
+        for k in 0..p.steps {
+            let latest =
+                (0..s.ranks).map(|r| s.ready[r * p.steps + k] - p.deadline_ns[r * p.steps + k]).max();
+            assert_eq!(Some(s.late_by_step[k].max()), latest, "step {k}'s latest batch");
+        }
+    }
+
+    /// Two steps on `ranks` ranks of two nodes, deadlines `deadline_ms` per batch (rank-major),
+    /// the first step's tensors crossing at an exchange 5 ms before it on even ranks, a guard
+    /// of 3 ms: `jobs` as (owner, step, decode ms, transfer ms, piece of a split sample).
+    fn two_step_problem(ranks: usize, deadline_ms: &[i64], jobs: &[(u32, u32, i64, i64, bool)]) -> Problem {
+        let n = jobs.len();
+        let ms = 1_000_000;
+        let deadline_ns: Vec<i64> = deadline_ms[..2 * ranks].iter().map(|d| d * ms).collect();
+        Problem {
+            steps: 2,
+            step: jobs.iter().map(|j| j.1).collect(),
+            owner: jobs.iter().map(|j| j.0 % ranks as u32).collect(),
+            accel_ns: jobs.iter().map(|j| j.2 * ms / 2).collect(),
+            max_load_ns: vec![i64::MAX / 4; 2],
+            decode_ns: jobs.iter().map(|j| j.2 * ms).collect(),
+            transfer_ns: jobs.iter().map(|j| j.3 * ms).collect(),
+            transfer_far_ns: jobs.iter().map(|j| 3 * j.3 * ms).collect(),
+            node: (0..ranks as u32).map(|r| r % 2).collect(),
+            bytes: vec![1; n],
+            mem_cap: vec![0; ranks],
+            id: (0..n as u64).map(|i| i / 2).collect(),
+            pinned: jobs.iter().map(|j| j.4).collect(),
+            workers: (0..ranks as u32).map(|r| 1 + r % 2).collect(),
+            backlog_ns: vec![0; ranks],
+            exchange_ns: (0..2 * ranks)
+                .map(|b| if b % 2 == 0 && (b / 2) % 2 == 0 { deadline_ns[b] - 5 * ms } else { i64::MIN })
+                .collect(),
+            deadline_ns,
+            tolerance_ns: 0,
+            guard_ns: vec![3 * ms; 2 * ranks],
+        }
+    }
+
+    proptest! {
+        // Moves tried and undone, or kept, in any order: the state kept up to date is the one
+        // computed afresh, and an undone move leaves it as it was, bit for bit.
+        #[test]
+        fn moves_kept_or_undone_keep_the_state_exact(
+            ranks in 2usize..5,
+            deadline_ms in proptest::collection::vec(0i64..80, 8),
+            jobs in proptest::collection::vec((0u32..4, 0u32..2, 1i64..30, 0i64..6, proptest::bool::weighted(0.2)), 1..16),
+            moves in proptest::collection::vec((0usize..16, 0usize..16, proptest::bool::ANY), 1..12),
+        ) {
+            let p = two_step_problem(ranks, &deadline_ms, &jobs);
+            let mut s = State::new(&p);
+            assert_consistent(&s);
+            let n = jobs.len();
+            for (a, b, keep) in moves {
+                let before = snapshot(&s);
+                let (i, j, to) = (a % n, b % n, b % ranks);
+                if s.decoder[i] as usize != to {
+                    s.relocate(i, to);
+                    assert_consistent(&s);
+                    if !keep {
+                        s.undo_relocate();
+                        prop_assert!(snapshot(&s) == before, "an undone relocation left a trace");
+                    }
+                } else if s.owner[i] != s.owner[j]
+                    && !s.remote(i)
+                    && !s.remote(j)
+                    && !p.pinned[i]
+                    && !p.pinned[j]
+                    && p.step[i] == p.step[j]
+                {
+                    s.swap_owners(i, j);
+                    assert_consistent(&s);
+                    if !keep {
+                        s.swap_owners(i, j);
+                        prop_assert!(snapshot(&s) == before, "a swap undone left a trace");
+                    }
+                }
+                assert_consistent(&s);
+            }
+        }
+    }
 
     /// `spread_pieces` as first written, on an ordered set: the heap must choose the same ranks.
     fn spread_pieces_on_a_set(p: &Problem, ranks: usize) -> Vec<u32> {

@@ -183,10 +183,12 @@ pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPla
         Policy::HelixPlacement | Policy::Helix => options.placement = true,
     }
     // Only DataHelix's placement decodes a sample in pieces on several ranks.
-    let pieces = if options.placement { input.pieces.clone() } else { Vec::new() };
-    let p = plan::plan(&PlanInput { first_step: step, options, pieces, ..input.clone() })?;
-    let mut decoder = p.decoder.clone();
-    let mut order = p.decode_order.clone();
+    let pieces: &[plan::PieceIn] = if options.placement { &input.pieces } else { &[] };
+    let p = plan::plan_as(input, step, &options, pieces)?;
+    let accel_s = p.first_step_loads();
+    let plan::Plan { owner, decoder, jobs, decode_order, predicted_misses, hash, .. } = p;
+    let mut decoder = decoder;
+    let mut order = decode_order;
     if policy == Policy::ActorPool {
         decoder = actor_pool_decoders(&input.samples, &input.ranks);
     }
@@ -197,7 +199,7 @@ pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPla
         }
     }
     let mut h = plan::Fnv::default();
-    h.u64(p.hash).u64(policy as u64);
+    h.u64(hash).u64(policy as u64);
     for (i, &d) in decoder.iter().enumerate() {
         h.u64(i as u64).u64(d as u64);
     }
@@ -208,13 +210,13 @@ pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPla
     }
     Ok(StepPlan {
         step,
-        owner: p.owner.clone(),
+        owner,
         decoder,
-        jobs: p.jobs.clone(),
+        jobs,
         order,
-        accel_s: p.first_step_loads(),
+        accel_s,
         tokens: input.samples.iter().map(|s| s.tokens).collect(),
-        predicted_misses: if policy.name().starts_with("helix") { p.predicted_misses } else { 0 },
+        predicted_misses: if policy.name().starts_with("helix") { predicted_misses } else { 0 },
         hash: h.finish(),
     })
 }
