@@ -61,6 +61,14 @@ pub fn direct(program: &str, args: &[&str], env: &[(&str, &str)], limit: Duratio
     launch(cmd, env, limit)
 }
 
+/// A session directory of Open MPI's for one launch (as `tests/common`'s `session_dir`: launches
+/// sharing the default one race when one starts as another ends).
+fn session_dir() -> std::path::PathBuf {
+    static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("dh-ompi.{}.{n}", std::process::id()))
+}
+
 fn launch(mut cmd: Command, env: &[(&str, &str)], limit: Duration) -> Outcome {
     cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -68,7 +76,8 @@ fn launch(mut cmd: Command, env: &[(&str, &str)], limit: Duration) -> Outcome {
         .env("OMPI_MCA_hwloc_base_binding_policy", "none")
         .env("OMPI_MCA_btl", "self,vader,tcp")
         .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-        .env("OMPI_MCA_orte_base_help_aggregate", "0");
+        .env("OMPI_MCA_orte_base_help_aggregate", "0")
+        .env("OMPI_MCA_orte_top_session_dir", session_dir());
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -14,8 +14,18 @@ pub fn repo() -> PathBuf {
 /// The `datahelix` binary built for this test run.
 pub fn datahelix() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_datahelix"));
-    c.env("DATAHELIX_LOG", "warn");
+    c.env("DATAHELIX_LOG", "warn").env("OMPI_MCA_orte_top_session_dir", session_dir());
     c
+}
+
+/// A session directory of Open MPI's for one launch, which it creates and removes. Launches
+/// sharing the default one (`/tmp/ompi.<host>.<uid>`) race when one starts while another ends:
+/// the last to end removes it as the next creates it, and the next fails with "orte_session_dir
+/// failed … File exists" (tests of one binary run side by side; seen in CI on a fresh machine).
+pub fn session_dir() -> PathBuf {
+    static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("dh-ompi.{}.{n}", std::process::id()))
 }
 
 /// Runs a command and returns its output, failing the test with its stderr if it could not start.
@@ -140,9 +150,11 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// The environment Open MPI needs on this machine (root, more ranks than cores, no pinning).
+/// The environment Open MPI needs on this machine (root, more ranks than cores, no pinning), and
+/// a session directory of the launch's own ([`session_dir`]).
 pub fn mpi_env(cmd: &mut Command) -> &mut Command {
-    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    cmd.env("OMPI_MCA_orte_top_session_dir", session_dir())
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
         .env("OMPI_MCA_hwloc_base_binding_policy", "none")
