@@ -111,7 +111,7 @@ pub struct Plan {
     pub swaps: u32,
     /// Samples placed on a rank beyond its memory cap (no rank had room).
     pub cap_violations: u32,
-    /// FNV-1a 64 of the decisions (owners, decoders, orders).
+    /// FNV-1a 64, word by word ([`Fnv::word`]), of the decisions (owners, decoders, orders).
     pub hash: u64,
 }
 
@@ -146,9 +146,17 @@ impl Fnv {
         }
         self
     }
-    /// Feeds a u64 (little-endian).
+    /// Feeds a u64 (little-endian), byte by byte.
     pub fn u64(&mut self, v: u64) -> &mut Self {
         self.bytes(&v.to_le_bytes())
+    }
+    /// Feeds a u64 as one word, `h = (h ^ v) · p`: an eighth of [`Fnv::u64`]'s multiplications,
+    /// for the plan's hash of hundreds of thousands of decisions (bytewise, hashing them cost
+    /// ~10 ms of a plan at 4096 ranks). Each step is a bijection of the state (the prime is odd),
+    /// so one changed word always changes the hash.
+    pub fn word(&mut self, v: u64) -> &mut Self {
+        self.0 = (self.0 ^ v).wrapping_mul(0x0000_0100_0000_01b3);
+        self
     }
     /// The hash.
     pub fn finish(&self) -> u64 {
@@ -323,17 +331,17 @@ pub(crate) fn plan_as(
         }
     }
     let mut h = Fnv::default();
-    h.u64(first_step).u64(r as u64).u64(n as u64);
+    h.word(first_step).word(r as u64).word(n as u64);
     for i in 0..n {
-        h.u64(ids[i]).u64(owner[i] as u64).u64(placed.decoder[i] as u64);
+        h.word(ids[i]).word(owner[i] as u64).word(placed.decoder[i] as u64);
     }
     for (j, job) in jobs.iter().enumerate().skip(n) {
-        h.u64(job.sample as u64).u64(job.part as u64).u64(placed.decoder[j] as u64);
+        h.word(job.sample as u64).word(job.part as u64).word(placed.decoder[j] as u64);
     }
     for order in &placed.order {
-        h.u64(order.len() as u64);
+        h.word(order.len() as u64);
         for &i in order {
-            h.u64(i as u64);
+            h.word(i as u64);
         }
     }
     Ok(Plan {

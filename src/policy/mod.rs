@@ -199,13 +199,13 @@ pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPla
         }
     }
     let mut h = plan::Fnv::default();
-    h.u64(hash).u64(policy as u64);
+    h.word(hash).word(policy as u64);
     for (i, &d) in decoder.iter().enumerate() {
-        h.u64(i as u64).u64(d as u64);
+        h.word(i as u64).word(d as u64);
     }
     for o in &order {
         for &i in o {
-            h.u64(i as u64);
+            h.word(i as u64);
         }
     }
     Ok(StepPlan {
