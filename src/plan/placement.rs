@@ -26,11 +26,13 @@
 //! idle ranks (offloads are only made to improve these, so fewer bytes move). All times are
 //! integer nanoseconds: exact and rank-independent.
 
+mod layout;
 mod spread;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
+use layout::Layout;
 use spread::spread_pieces;
 
 /// A placement problem: decode jobs with owners, and each rank's workers, backlog and deadlines.
@@ -189,6 +191,9 @@ struct State<'a> {
     undo: Undo,
     /// Scratch space for [`State::simulate`]'s workers.
     workers_free: Vec<Reverse<(i64, usize)>>,
+    /// Per job: its index in the caller's problem, which breaks the last ties (jobs are
+    /// renumbered pool by pool, [`Layout`]; the plan is the one the caller's numbering gives).
+    tie: Vec<u32>,
 }
 
 /// What a relocation changed: both pools as they were, and every job of theirs' predicted times
@@ -208,9 +213,9 @@ struct Undo {
 }
 
 impl<'a> State<'a> {
-    fn new(p: &'a Problem) -> State<'a> {
+    /// The first schedule: each job on `decoder`, `tie` its index in the caller's problem.
+    fn new(p: &'a Problem, decoder: Vec<u32>, tie: Vec<u32>) -> State<'a> {
         let ranks = p.workers.len();
-        let decoder = spread_pieces(p, ranks);
         let mut s = State {
             p,
             ranks,
@@ -230,6 +235,7 @@ impl<'a> State<'a> {
             moved: Vec::new(),
             undo: Undo::default(),
             workers_free: Vec::new(),
+            tie,
         };
         let (mut pool_len, mut batch_len) = (vec![0usize; ranks], vec![0usize; s.ready.len()]);
         for i in 0..p.owner.len() {
@@ -419,7 +425,7 @@ impl<'a> State<'a> {
     /// (and the index: every job has its own key, so a pool kept in order by insertions is in the
     /// order a sort gives).
     fn edf_key(&self, i: usize) -> (i64, Reverse<i64>, u64, usize) {
-        (self.job_deadline(i), Reverse(self.p.decode_ns[i]), self.p.id[i], i)
+        (self.job_deadline(i), Reverse(self.p.decode_ns[i]), self.p.id[i], self.tie[i] as usize)
     }
 
     /// Simulates pools `a` and `b` again and updates the readiness of the batches that changed
@@ -551,7 +557,7 @@ impl<'a> State<'a> {
                 };
                 fits(o, bo, mj, mi) && fits(q, bq, mi, mj)
             })
-            .min_by_key(|&j| ((self.p.accel_ns[j] - wi).abs(), self.p.id[j], j))
+            .min_by_key(|&j| ((self.p.accel_ns[j] - wi).abs(), self.p.id[j], self.tie[j]))
     }
 
     /// When rank `h`'s workers run out of planned work (its backlog when it decodes nothing).
@@ -646,7 +652,7 @@ fn improve(
     let owner = b / p.steps;
     let mut cands: Vec<usize> =
         s.batch_samples[b].iter().map(|&i| i as usize).filter(|&i| !s.remote(i)).collect();
-    cands.sort_by_key(|&i| (Reverse(s.arrival[i]), Reverse(p.decode_ns[i]), p.id[i], i));
+    cands.sort_by_key(|&i| (Reverse(s.arrival[i]), Reverse(p.decode_ns[i]), p.id[i], s.tie[i]));
     cands.truncate(cands_n);
     // Whether their own batches are on time or wait for someone else's pieces: idle CPUs can
     // help either way.
@@ -704,7 +710,11 @@ fn improve(
 /// samples spread (`spread_pieces`), and changes late batches while the objective improves, then
 /// relieves the batches most at risk — at most `search.max_moves` changes in all.
 pub fn place(p: &Problem, search: Search) -> Placement {
-    let mut s = State::new(p);
+    let first = spread_pieces(p, p.workers.len());
+    let layout = Layout::by_pool(&first, p.workers.len());
+    let renumbered = layout.problem(p);
+    let p = &renumbered;
+    let mut s = State::new(p, layout.gather(&first), layout.old_of.clone());
     let (mut offloads, mut swaps) = (0u32, 0u32);
     if (search.offload || search.swap_owners) && s.ranks > 1 {
         let free_key: Vec<i64> = (0..s.ranks).map(|h| s.free_at(h)).collect();
@@ -748,11 +758,13 @@ pub fn place(p: &Problem, search: Search) -> Placement {
     let all: Vec<usize> = (0..s.ready.len()).collect();
     let (delay_ns, misses, lateness_ns, _) = s.objective_of(&all);
     let bytes_moved = (0..s.decoder.len()).filter(|&i| s.remote(i)).map(|i| p.bytes[i]).sum();
+    let order =
+        s.pools.iter().map(|pool| pool.iter().map(|&i| layout.old_of[i as usize]).collect()).collect();
     Placement {
-        owner: s.owner,
-        decoder: s.decoder,
-        order: s.pools,
-        arrival_ns: s.arrival,
+        owner: layout.scatter(&s.owner),
+        decoder: layout.scatter(&s.decoder),
+        order,
+        arrival_ns: layout.scatter(&s.arrival),
         ready_ns: s.ready,
         misses,
         lateness_ns,
@@ -863,7 +875,7 @@ mod tests {
             moves in proptest::collection::vec((0usize..16, 0usize..16, proptest::bool::ANY), 1..12),
         ) {
             let p = two_step_problem(ranks, &deadline_ms, &jobs);
-            let mut s = State::new(&p);
+            let mut s = State::new(&p, spread_pieces(&p, ranks), (0..jobs.len() as u32).collect());
             assert_consistent(&s);
             let n = jobs.len();
             for (a, b, keep) in moves {
