@@ -5,7 +5,8 @@
 //!   heavy-tailed synthetic workload (`plan::synthetic`);
 //! - `plan_workload`: the inputs the step engine itself built, at 4096 ranks, in a short
 //!   simulated run of an in-tree workload (`scripts/workloads/`): real backlogs, deadlines,
-//!   split pieces and decode estimates, where the synthetic draw has none of them.
+//!   split pieces and decode estimates, where the synthetic draw has none of them
+//!   (kinetics700_10s, hdvila_long, mmc4_interleaved).
 //!
 //!     cargo bench --bench planner
 //!     cargo bench --bench planner -- plan_workload     # the workload inputs only
@@ -73,7 +74,9 @@ fn planning_workloads(c: &mut Criterion) {
     let mut g = c.benchmark_group("plan_workload");
     g.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(5));
     let ranks = workload_ranks();
-    for file in ["kinetics700_10s.toml", "hdvila_long.toml"] {
+    // A mild set, long segments split into pieces (~100k jobs a step at 4096 ranks), and the
+    // interleaved set with the most samples (~127k a step: local search's hardest).
+    for file in ["kinetics700_10s.toml", "hdvila_long.toml", "mmc4_interleaved.toml"] {
         let name = file.trim_end_matches(".toml");
         let inputs = workload_inputs(file, ranks);
         assert!(!inputs.is_empty(), "{file}: the simulated run kept no planner input");
