@@ -45,7 +45,12 @@ impl EmulatedAccelerator {
 
     /// The largest single sample's noise-free seconds in `batch`.
     pub fn max_sample_seconds(&self, batch: &Batch) -> f64 {
-        batch.samples.iter().map(|s| self.profile.sample_seconds(s.tokens)).fold(0.0, f64::max)
+        self.sample_seconds(batch).into_iter().fold(0.0, f64::max)
+    }
+
+    /// Each sample's noise-free seconds in `batch`, in batch order.
+    pub fn sample_seconds(&self, batch: &Batch) -> Vec<f64> {
+        batch.samples.iter().map(|s| self.profile.sample_seconds(s.tokens)).collect()
     }
 }
 

@@ -28,12 +28,23 @@
 //!    `end(s) ≥ ready(s) + min over splits of max_r n_r (c0 + W_r)`, and that minimum is at least
 //!    each of: `max_r n_r c0` (every rank runs a step, an empty one too);
 //!    `(R c0 + Σ_i w_i) / Σ_r 1/n_r` (the fractional split, from `Σ_r T/n_r ≥ Σ_r (c0 + W_r)`);
-//!    `min_r n_r (c0 + max_i w_i)` (the largest sample lies whole on some rank). This is the
-//!    step's `accel_s`. It knows the noise of every rank, which no planner does: on uniform
+//!    `min_r n_r (c0 + max_i w_i)` (the largest sample lies whole on some rank); and the
+//!    packing term: with the step's samples heaviest first, `w_(1) ≥ w_(2) ≥ …`, a step of
+//!    length `T` leaves rank `r` room for `T / n_r − c0` of work, and of the `m` heaviest
+//!    samples it can hold at most as many as the lightest of them fit in that room; when the
+//!    ranks' counts sum below `m`, no split ends by `T` ([`packing_s`] checks `m = kR + 1`,
+//!    `k = 0 … 64`, and bisects on `T`). At equal noise this is the pigeonhole bound: of the
+//!    `kR + 1` heaviest some rank trains `k + 1`, at least the `k + 1` lightest of them. With two
+//!    samples a rank of very different sizes (latents, buckets) the mean is well below what any
+//!    split reaches, and this is not. This is the step's `accel_s`. It knows the noise of every
+//!    rank, which no planner does: on uniform
 //!    batches a loader that splits evenly ends at `max_r n_r` times the mean, so at σ = 0.05 no
 //!    real schedule reaches more than ~0.93 of this bound at 8 ranks, ~0.89 at 64, ~0.86 at 512.
 //!    Where the records carry no emulator terms (a real accelerator), `accel_s` falls back to
-//!    `max(Σ_r gpu_r / R, largest sample)`.
+//!    `max(Σ_r gpu_r / R, largest sample)`; records without their samples' seconds (written
+//!    before they were kept) leave out the packing term, and a record's samples that could
+//!    not be an emulator's (negative, not finite, more of them than its ids) are left out whole:
+//!    the term of any subset of the step's samples is still a bound.
 //! 2. **Decode CPU, inside its lookahead.** A sample of step `j` is decoded after some rank
 //!    planned step `j`, which happens once a rank has its batch of `j − L` (`L` the lookahead):
 //!    after `ready(j − L)`. It is decoded before its rank's accelerator starts step `j`, so
@@ -82,14 +93,97 @@ pub fn step_accel(records: &[&RankStep], ranks: usize) -> (f64, f64) {
             let harmonic: f64 = t.iter().map(|x| 1.0 / x.noise.max(1e-300)).sum();
             let n_max = t.iter().map(|x| x.noise).fold(0.0, f64::max);
             let n_min = t.iter().map(|x| x.noise).fold(f64::INFINITY, f64::min);
-            let accel = (n_max * c0).max((r_n * c0 + work) / harmonic).max(n_min * (c0 + largest));
-            (accel, n_min * c0)
+            let known = (n_max * c0).max((r_n * c0 + work) / harmonic).max(n_min * (c0 + largest));
+            let noise: Vec<f64> = t.iter().map(|x| x.noise).collect();
+            (packing_s(&sample_works(records), &noise, c0, known), n_min * c0)
         }
         _ => {
             let gpu: f64 = records.iter().map(|r| r.gpu_s).sum();
             ((gpu / r_n).max(largest), 0.0)
         }
     }
+}
+
+/// The step's samples' noise-free seconds from the records' `sample_gpu_s`, heaviest first; a
+/// record whose list no emulator could give (negative, not finite, longer than its ids) is left
+/// out whole.
+fn sample_works(records: &[&RankStep]) -> Vec<f64> {
+    let mut w: Vec<f64> = records
+        .iter()
+        .filter(|r| r.sample_gpu_s.len() <= r.ids.len())
+        .filter(|r| r.sample_gpu_s.iter().all(|x| x.is_finite() && *x >= 0.0))
+        .flat_map(|r| r.sample_gpu_s.iter().copied())
+        .collect();
+    w.sort_by(|a, b| b.total_cmp(a));
+    w
+}
+
+/// The packing term of one step (module docs, fact 1): the least step length `T ≥ known` at
+/// which the ranks' rooms, `T / noise_r − c0`, can hold the `m` heaviest of `works` (heaviest
+/// first) for every `m = k·R + 1`, `k = 0 … 64` — each rank at most as many as the lightest
+/// of them fit in its room. `known` is a bound already; bisection keeps its lower end at a
+/// length that fails the check, so the result is a bound whatever the iterations.
+///
+/// ```
+/// use datahelix::metrics::bound::packing_s;
+///
+/// // Three 1 s samples on two ranks: one rank trains two of them, whatever the split.
+/// let t = packing_s(&[1.0, 1.0, 1.0], &[1.0, 1.0], 0.0, 1.5);
+/// assert!((t - 2.0).abs() < 1e-9);
+/// // A rank twice as slow: the fast one takes two (2 s), the slow one the third (2 s).
+/// let t = packing_s(&[1.0, 1.0, 1.0], &[1.0, 2.0], 0.0, 1.0);
+/// assert!((t - 2.0).abs() < 1e-9);
+/// ```
+pub fn packing_s(works: &[f64], noise: &[f64], c0: f64, known: f64) -> f64 {
+    let mut by_noise: Vec<f64> = noise.iter().copied().filter(|n| n.is_finite() && *n > 0.0).collect();
+    if works.is_empty() || by_noise.is_empty() || !known.is_finite() {
+        return known;
+    }
+    // Fastest first: the rooms in descending order.
+    by_noise.sort_by(f64::total_cmp);
+    let ranks = by_noise.len();
+    let prefix: Vec<f64> = std::iter::once(0.0)
+        .chain(works.iter().scan(0.0, |sum, w| {
+            *sum += w;
+            Some(*sum)
+        }))
+        .collect();
+    let tops: Vec<usize> = (0..=64).map(|k| k * ranks + 1).take_while(|&m| m <= works.len()).collect();
+    let fits = |t: f64| {
+        tops.iter().all(|&m| {
+            // Σ_r (how many of the m heaviest rank r can hold) = Σ_j (ranks with room for the
+            // j lightest of them together).
+            let mut held = 0usize;
+            for j in 1..=m {
+                let need = prefix[m] - prefix[m - j];
+                let roomy = by_noise.partition_point(|&n| t / n - c0 >= need);
+                if roomy == 0 {
+                    break;
+                }
+                held += roomy;
+                if held >= m {
+                    return true;
+                }
+            }
+            false
+        })
+    };
+    let (mut lo, mut hi) = (known, by_noise[ranks - 1] * (c0 + prefix[works.len()]));
+    if hi <= lo || fits(lo) {
+        return lo;
+    }
+    for _ in 0..64 {
+        let mid = 0.5 * (lo + hi);
+        if mid <= lo || mid >= hi {
+            break;
+        }
+        if fits(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    lo
 }
 
 fn plausible(t: &AccelTerms) -> bool {
@@ -147,6 +241,73 @@ mod tests {
         // One sample larger than the rest binds on the fastest rank.
         let (a, b) = (rec(1.0, 2.0, 2.0), rec(2.0, 0.0, 0.0));
         assert!((step_accel(&[&a, &b], 2).0 - 2.1).abs() < 1e-12);
+    }
+
+    /// The records of one split of `works` over the ranks (`split[i] mod R` trains sample i).
+    fn records_of(works: &[f64], split: &[u32], noise: &[f64], c0: f64) -> Vec<RankStep> {
+        let r = noise.len();
+        (0..r)
+            .map(|q| {
+                let mine: Vec<f64> =
+                    works.iter().zip(split).filter(|(_, &s)| s as usize % r == q).map(|(&w, _)| w).collect();
+                RankStep {
+                    ids: (0..mine.len() as u64).collect(),
+                    max_sample_gpu_s: mine.iter().copied().fold(0.0, f64::max),
+                    accel: Some(AccelTerms { fixed_s: c0, work_s: mine.iter().sum(), noise: noise[q] }),
+                    sample_gpu_s: mine,
+                    ..RankStep::default()
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn two_of_three_samples_share_a_rank_whatever_the_split() {
+        // Three 1 s samples on two ranks: the mean (1.5 s) and the largest (1 s) are below what
+        // any split takes (2 s); the packing term is it.
+        let records = records_of(&[1.0, 1.0, 1.0], &[0, 1, 0], &[1.0, 1.0], 0.1);
+        let refs: Vec<&RankStep> = records.iter().collect();
+        assert!((step_accel(&refs, 2).0 - 2.1).abs() < 1e-12);
+        // Records that say nothing of their samples keep the three other terms.
+        let bare: Vec<RankStep> =
+            records.iter().map(|r| RankStep { sample_gpu_s: Vec::new(), ..r.clone() }).collect();
+        let refs: Vec<&RankStep> = bare.iter().collect();
+        assert!((step_accel(&refs, 2).0 - 1.6).abs() < 1e-12);
+        // A list no emulator could give (more samples than the record's ids) is left out.
+        let mut lying = records.clone();
+        lying[1].sample_gpu_s = vec![9.0, 9.0];
+        let refs: Vec<&RankStep> = lying.iter().collect();
+        assert!((step_accel(&refs, 2).0 - 1.6).abs() < 1e-12, "only rank 0's two samples count");
+        lying[1].sample_gpu_s = vec![-1.0];
+        let refs: Vec<&RankStep> = lying.iter().collect();
+        assert!((step_accel(&refs, 2).0 - 1.6).abs() < 1e-12);
+    }
+
+    proptest::proptest! {
+        // No split of a step's samples beats its accelerator term under the realised noise:
+        // the term against every split of up to 7 samples over up to 3 ranks.
+        #[test]
+        fn no_split_beats_the_accelerator_term(
+            works in proptest::collection::vec(0.0f64..2.0, 0..8),
+            noise in proptest::collection::vec(0.5f64..2.0, 1..4),
+            c0 in 0.0f64..0.5,
+            split in proptest::collection::vec(proptest::prelude::any::<u32>(), 8),
+        ) {
+            let r = noise.len();
+            let records = records_of(&works, &split, &noise, c0);
+            let refs: Vec<&RankStep> = records.iter().collect();
+            let (term, _) = step_accel(&refs, r);
+            let mut best = f64::INFINITY;
+            for code in 0..r.pow(works.len() as u32) {
+                let (mut load, mut c) = (vec![c0; r], code);
+                for &w in &works {
+                    load[c % r] += w;
+                    c /= r;
+                }
+                best = best.min((0..r).map(|q| noise[q] * load[q]).fold(0.0, f64::max));
+            }
+            proptest::prop_assert!(term <= best + 1e-9, "term {term} above the best split's {best}");
+        }
     }
 
     #[test]

@@ -42,6 +42,11 @@ pub struct RankStep {
     pub end_s: f64,
     /// Noise-free accelerator seconds of the largest single sample in this rank's batch.
     pub max_sample_gpu_s: f64,
+    /// Noise-free accelerator seconds of each sample of this rank's batch (`a·tokens +
+    /// b·tokens²`), with an emulated accelerator; empty for a real one and in records written
+    /// before it was kept. The sound bound's pigeonhole term uses them ([`bound`], fact 1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sample_gpu_s: Vec<f64>,
     /// The emulated accelerator's terms of this step (`gpu_s = (fixed_s + work_s) × noise`);
     /// `None` for a real accelerator. The sound bound uses them ([`bound`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -483,6 +483,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
             let hand = rank.t + cfg.step_overhead_s;
             let terms = cfg.profile.step_terms(&spec.tokens, cfg.seed, s, r as u64);
             let gpu_s = (terms.fixed_s + terms.work_s) * terms.noise;
+            let sample_gpu_s: Vec<f64> = spec.tokens.iter().map(|&t| cfg.profile.sample_seconds(t)).collect();
             rank.t = hand;
             ends[r] = hand + gpu_s;
             step_records.push(RankStep {
@@ -494,11 +495,8 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                 skipped: spec.skipped,
                 start_s: now,
                 end_s: 0.0,
-                max_sample_gpu_s: spec
-                    .tokens
-                    .iter()
-                    .map(|&t| cfg.profile.sample_seconds(t))
-                    .fold(0.0, f64::max),
+                max_sample_gpu_s: sample_gpu_s.iter().copied().fold(0.0, f64::max),
+                sample_gpu_s,
                 accel: Some(terms),
                 decode_cpu_s: spec.decode_cpu_s,
                 tokens: spec.tokens.iter().sum(),
