@@ -67,6 +67,8 @@
 
 use super::{AccelTerms, RankStep};
 
+pub mod best_split;
+
 /// What the bound needs of one measured step.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepBound {
@@ -95,7 +97,12 @@ pub fn step_accel(records: &[&RankStep], ranks: usize) -> (f64, f64) {
             let n_min = t.iter().map(|x| x.noise).fold(f64::INFINITY, f64::min);
             let known = (n_max * c0).max((r_n * c0 + work) / harmonic).max(n_min * (c0 + largest));
             let noise: Vec<f64> = t.iter().map(|x| x.noise).collect();
-            (packing_s(&sample_works(records), &noise, c0, known), n_min * c0)
+            let works = sample_works(records);
+            let packed = packing_s(&works, &noise, c0, known);
+            // The run's own split is one split: the search looks for shorter ones only.
+            let run = t.iter().map(|x| x.noise * (x.fixed_s + x.work_s)).fold(0.0, f64::max);
+            let best = best_split::best_split_s(&works, &noise, c0, packed, run).unwrap_or(0.0);
+            (packed.max(best), n_min * c0)
         }
         _ => {
             let gpu: f64 = records.iter().map(|r| r.gpu_s).sum();
