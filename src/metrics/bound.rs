@@ -36,15 +36,18 @@
 //!    `k = 0 … 64`, and bisects on `T`). At equal noise this is the pigeonhole bound: of the
 //!    `kR + 1` heaviest some rank trains `k + 1`, at least the `k + 1` lightest of them. With two
 //!    samples a rank of very different sizes (latents, buckets) the mean is well below what any
-//!    split reaches, and this is not. This is the step's `accel_s`. It knows the noise of every
-//!    rank, which no planner does: on uniform
-//!    batches a loader that splits evenly ends at `max_r n_r` times the mean, so at σ = 0.05 no
-//!    real schedule reaches more than ~0.93 of this bound at 8 ranks, ~0.89 at 64, ~0.86 at 512.
-//!    Where the records carry no emulator terms (a real accelerator), `accel_s` falls back to
-//!    `max(Σ_r gpu_r / R, largest sample)`; records without their samples' seconds (written
-//!    before they were kept) leave out the packing term, and a record's samples that could
-//!    not be an emulator's (negative, not finite, more of them than its ids) are left out whole:
-//!    the term of any subset of the step's samples is still a bound.
+//!    split reaches, and this is not. Where a step has at most 32 samples the minimum itself is
+//!    searched ([`best_split`]) and, when the search ends, taken. The largest of these is the
+//!    step's `accel_s`.
+//!
+//!    It knows the noise of every rank, which no planner does: on uniform batches a loader that
+//!    splits evenly ends at `max_r n_r` times the mean, so at σ = 0.05 no real schedule reaches
+//!    more than ~0.93 of this bound at 8 ranks, ~0.89 at 64, ~0.86 at 512. Where the records
+//!    carry no emulator terms (a real accelerator), `accel_s` falls back to
+//!    `max(Σ_r gpu_r / R, largest sample)`. Records without their samples' seconds (written
+//!    before they were kept) leave out the packing and best-split terms, and a record's samples
+//!    that could not be an emulator's (negative, not finite, more of them than its ids) are left
+//!    out whole: the terms of any subset of the step's samples are still bounds.
 //! 2. **Decode CPU, inside its lookahead.** A sample of step `j` is decoded after some rank
 //!    planned step `j`, which happens once a rank has its batch of `j − L` (`L` the lookahead):
 //!    after `ready(j − L)`. It is decoded before its rank's accelerator starts step `j`, so
