@@ -307,15 +307,7 @@ mod tests {
             let records = records_of(&works, &split, &noise, c0);
             let refs: Vec<&RankStep> = records.iter().collect();
             let (term, _) = step_accel(&refs, r);
-            let mut best = f64::INFINITY;
-            for code in 0..r.pow(works.len() as u32) {
-                let (mut load, mut c) = (vec![c0; r], code);
-                for &w in &works {
-                    load[c % r] += w;
-                    c /= r;
-                }
-                best = best.min((0..r).map(|q| noise[q] * load[q]).fold(0.0, f64::max));
-            }
+            let best = best_split::tests::every_split(&works, &noise, c0);
             proptest::prop_assert!(term <= best + 1e-9, "term {term} above the best split's {best}");
         }
     }

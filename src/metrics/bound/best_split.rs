@@ -124,11 +124,12 @@ impl Search<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    /// Every split of `works` over the ranks, the shortest.
-    fn every_split(works: &[f64], noise: &[f64], c0: f64) -> f64 {
+    /// Every split of `works` over ranks of `noise`, the shortest (the reference the search and
+    /// the bound's accelerator term are held to).
+    pub(in crate::metrics::bound) fn every_split(works: &[f64], noise: &[f64], c0: f64) -> f64 {
         let r = noise.len();
         let mut best = f64::INFINITY;
         for code in 0..r.pow(works.len() as u32) {
