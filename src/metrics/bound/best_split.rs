@@ -48,11 +48,12 @@ pub fn best_split_s(works: &[f64], noise: &[f64], c0: f64, lower: f64, upper: f6
         noise: &fastest_first,
         c0,
         lower,
-        groups: Vec::with_capacity(noise.len()),
+        groups: vec![0.0; noise.len()],
+        sorted: Vec::with_capacity(noise.len()),
         best: upper,
         branches: 0,
     };
-    let empty = search.length(&[]);
+    let empty = search.length();
     search.branch(0, empty);
     (search.branches <= MAX_BRANCHES && search.best.is_finite()).then_some(search.best)
 }
@@ -65,21 +66,23 @@ struct Search<'a> {
     c0: f64,
     /// No split is shorter: one this long is the best.
     lower: f64,
-    /// Work of each group made so far on the current branch (never more than the ranks).
+    /// Work of each of the R groups on the current branch (0 for a group not yet begun).
     groups: Vec<f64>,
+    /// Scratch: the groups heaviest first.
+    sorted: Vec<f64>,
     /// The shortest split found (or the caller's upper bound).
     best: f64,
     branches: u64,
 }
 
 impl Search<'_> {
-    /// The step length of `groups` (the other ranks empty): heaviest group on the fastest rank.
-    /// Groups only grow along a branch, and the length never falls when one does.
-    fn length(&self, groups: &[f64]) -> f64 {
-        let mut g = groups.to_vec();
-        g.sort_by(|a, b| b.total_cmp(a));
-        g.resize(self.noise.len(), 0.0);
-        g.iter().zip(self.noise).fold(0.0, |m, (&w, &n)| f64::max(m, n * (self.c0 + w)))
+    /// The step length of the groups: heaviest group on the fastest rank. Groups only grow
+    /// along a branch, and the length never falls when one does.
+    fn length(&mut self) -> f64 {
+        self.sorted.clear();
+        self.sorted.extend_from_slice(&self.groups);
+        self.sorted.sort_by(|a, b| b.total_cmp(a));
+        self.sorted.iter().zip(self.noise).fold(0.0, |m, (&w, &n)| f64::max(m, n * (self.c0 + w)))
     }
 
     /// Places samples `k..`; `now` is the length of the groups so far.
@@ -92,33 +95,27 @@ impl Search<'_> {
             self.best = now;
             return;
         }
-        // Sample k into each group (one of equal groups stands for all) or into a new one.
-        let mut children: Vec<(f64, usize)> = Vec::with_capacity(self.groups.len() + 1);
-        for g in 0..=self.groups.len().min(self.noise.len() - 1) {
-            if g < self.groups.len() && self.groups[..g].contains(&self.groups[g]) {
+        // Sample k into each group; of groups of equal work (the groups not begun among them)
+        // one stands for all.
+        let mut children: Vec<(f64, usize)> = Vec::with_capacity(self.groups.len());
+        for g in 0..self.groups.len() {
+            if self.groups[..g].contains(&self.groups[g]) {
                 continue;
             }
-            let mut next = self.groups.clone();
-            if g == next.len() {
-                next.push(0.0);
-            }
-            next[g] += self.w[k];
-            children.push((self.length(&next), g));
+            let before = self.groups[g];
+            self.groups[g] = before + self.w[k];
+            children.push((self.length(), g));
+            self.groups[g] = before;
         }
         children.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         for (length, g) in children {
             if length >= self.best {
                 break; // the rest are no shorter
             }
-            if g == self.groups.len() {
-                self.groups.push(self.w[k]);
-                self.branch(k + 1, length);
-                self.groups.pop();
-            } else {
-                self.groups[g] += self.w[k];
-                self.branch(k + 1, length);
-                self.groups[g] -= self.w[k];
-            }
+            let before = self.groups[g];
+            self.groups[g] = before + self.w[k];
+            self.branch(k + 1, length);
+            self.groups[g] = before;
         }
     }
 }
