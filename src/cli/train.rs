@@ -264,6 +264,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
             start_s,
             end_s,
             max_sample_gpu_s: accel.max_sample_seconds(&batch),
+            sample_chain_s: Vec::new(),
             sample_gpu_s: accel.sample_seconds(&batch),
             accel: accel.last_terms(),
             decode_cpu_s: batch.decode_cpu_s,

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::sample::{frame_count, output_shape, Params, Ratio, Strategy};
-use super::split::{FrameRange, Timing};
+use super::split::{self, FrameRange, Timing};
 use crate::descriptor::{Codec, Descriptor, Modality};
 
 /// Number of coefficients: c0, c_px, c_bits, c_seek.
@@ -55,10 +55,7 @@ impl Features {
         if d.modality == Modality::Image {
             return Features { mpixels: px / 1e6, mbits: d.bytes as f64 * 8.0 / 1e6, discarded: 0.0 };
         }
-        let duration =
-            Ratio::new(d.duration_ticks as i128 * d.time_base_num as i128, (d.time_base_den as i128).max(1))
-                .filter(|r| r.num > 0)
-                .unwrap_or(Ratio { num: 1, den: 1 });
+        let duration = duration(d);
         let f = frame_count(duration, params) as f64;
         let total = (d.frames as f64).max(1.0);
         let dur = duration.to_f64().max(1e-9);
@@ -84,13 +81,61 @@ impl Features {
             Strategy::Scan => scan,
             Strategy::Seek => (n * (d.keyint as f64 / 2.0 + 1.0)).min(scan),
         };
-        let bits = if d.bit_rate > 0 { d.bit_rate as f64 * dur } else { d.bytes as f64 * 8.0 };
+        Features::of_frames(d, decoded, n)
+    }
+
+    /// The features of decoding the targets `range` of `d` as a single-threaded decoder would
+    /// if keyframes lay exactly every `keyint` frames: [`Features::predict_range`] with the
+    /// frames counted target by target ([`split::decoded_frames`]) instead of on average — the
+    /// simulator's truth, where the planner sees only the prediction. Images, and videos without
+    /// a frame timing, are predicted.
+    pub fn exact_range(d: &Descriptor, params: &Params, range: FrameRange) -> Features {
+        let strategy = Strategy::for_range(d, params, range);
+        match split::decoded_frames(d, params, range, strategy) {
+            Some(decoded) if d.modality == Modality::Video && !range.is_empty() => {
+                let decoded = (decoded as f64).min(d.frames.max(1) as f64).max(1.0);
+                Features::of_frames(d, decoded, range.len() as f64)
+            }
+            _ => Features::predict_range(d, params, range),
+        }
+    }
+
+    /// The features of the longest run of frames one target of `d` needs decoded in order, from
+    /// its keyframe through its frame ([`split::longest_chain_frames`]): what one worker
+    /// decodes before that target is out, whoever decodes it and however the sample is cut. An
+    /// image's is its whole decode; `None` for a video without a frame timing.
+    pub fn longest_chain(d: &Descriptor, params: &Params) -> Option<Features> {
+        if d.modality == Modality::Image {
+            return Some(Features::predict(d, params));
+        }
+        let frames = split::longest_chain_frames(d, params)?;
+        Some(Features::of_frames(d, (frames as f64).min(d.frames.max(1) as f64).max(1.0), 1.0))
+    }
+
+    /// `decoded` stream frames of the video `d`, `kept` of them targets: the stream's bits in
+    /// proportion (its bit rate over its duration, else its bytes).
+    fn of_frames(d: &Descriptor, decoded: f64, kept: f64) -> Features {
+        let px = d.width as f64 * d.height as f64;
+        let total = (d.frames as f64).max(1.0);
+        let bits = if d.bit_rate > 0 { d.bit_rate as f64 * duration_s(d) } else { d.bytes as f64 * 8.0 };
         Features {
             mpixels: decoded * px / 1e6,
             mbits: bits * (decoded / total).min(1.0) / 1e6,
-            discarded: (decoded - n).max(0.0),
+            discarded: (decoded - kept).max(0.0),
         }
     }
+}
+
+/// The descriptor's duration, a second where it has none.
+fn duration(d: &Descriptor) -> Ratio {
+    Ratio::new(d.duration_ticks as i128 * d.time_base_num as i128, (d.time_base_den as i128).max(1))
+        .filter(|r| r.num > 0)
+        .unwrap_or(Ratio { num: 1, den: 1 })
+}
+
+/// [`duration`] in seconds.
+fn duration_s(d: &Descriptor) -> f64 {
+    duration(d).to_f64().max(1e-9)
 }
 
 /// Output bytes of a sample under `params`, from its descriptor (the pool's buffer size).

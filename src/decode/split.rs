@@ -138,11 +138,40 @@ impl Timing {
     /// the predicted keyframe at or before `t_s` — where the decoder's seek lands (0 when the
     /// keyframe distance is unknown).
     pub(crate) fn piece_start(&self, s: u32) -> u128 {
-        if s == 0 || self.keyint == 0 {
+        if s == 0 {
             0
         } else {
-            self.frame_before(s) / self.keyint * self.keyint
+            self.keyframe_before(s)
         }
+    }
+
+    /// Predicted keyframe at or before `t_i`: the last multiple of `keyint` at or before
+    /// `⌊t_i · fps⌋` (0 when the keyframe distance is unknown: the stream's first frame).
+    fn keyframe_before(&self, i: u32) -> u128 {
+        self.frame_before(i).checked_div(self.keyint).map_or(0, |gop| gop * self.keyint)
+    }
+
+    /// Frames decoded for the targets `[s, e)` when keyframes lie exactly every `keyint` frames:
+    /// a scan runs from the range's start to its last target's frame; a seek jumps to a
+    /// target's keyframe whenever that lies past the frame the decoder stands at.
+    fn decoded(&self, s: u32, e: u32, seek: bool) -> u128 {
+        if !seek {
+            return self.cost(s, e);
+        }
+        let (mut at, mut n) = (self.piece_start(s), 0u128);
+        for x in s..e {
+            at = at.max(self.keyframe_before(x));
+            let through = self.frame(x).saturating_add(1);
+            n += through.saturating_sub(at);
+            at = at.max(through);
+        }
+        n
+    }
+
+    /// Frames decoded, in order, from target `i`'s keyframe through its frame: what any decoder
+    /// of `i` spends on one thread before `i` is out, however the sample is cut.
+    fn chain(&self, i: u32) -> u128 {
+        (self.frame(i) + 1).saturating_sub(self.keyframe_before(i))
     }
 
     /// Predicted frames decoded by the piece `[s, e)` read as one scan from its start.
@@ -254,6 +283,76 @@ pub fn split_targets(d: &Descriptor, params: &Params, parts: u32) -> Vec<FrameRa
         }
     }
     t.cuts(lo, parts).unwrap_or(whole)
+}
+
+/// Stream frames a single-threaded decoder decodes for the targets `range` of `d` by
+/// `strategy`, exactly, where keyframes lie every `keyint` frames (the simulator's streams;
+/// real ones may have more). `None` without a frame timing (an image, no duration or rate).
+///
+/// ```
+/// use datahelix::decode::split::decoded_frames;
+/// use datahelix::decode::{FrameRange, Params, Strategy};
+/// use datahelix::descriptor::{Descriptor, Modality};
+///
+/// // 32 s at 10 fps, a keyframe every 40 frames, 16 targets 20 frames apart (at 10, 30, …).
+/// let d = Descriptor {
+///     modality: Modality::Video,
+///     frames: 320,
+///     fps_num: 10,
+///     fps_den: 1,
+///     duration_ticks: 32,
+///     time_base_num: 1,
+///     time_base_den: 1,
+///     keyint: 40,
+///     ..Descriptor::default()
+/// };
+/// let p = Params::default();
+/// // A scan of the whole: frames 0 … 310.
+/// assert_eq!(decoded_frames(&d, &p, FrameRange::whole(16), Strategy::Scan), Some(311));
+/// // Targets 2 and 3 (frames 50 and 70) by seeks: from keyframe 40 through frame 70.
+/// assert_eq!(decoded_frames(&d, &p, FrameRange { start: 2, end: 4 }, Strategy::Seek), Some(31));
+/// ```
+pub fn decoded_frames(
+    d: &Descriptor,
+    params: &Params,
+    range: FrameRange,
+    strategy: super::Strategy,
+) -> Option<u64> {
+    let t = Timing::new(d, params)?;
+    let end = range.end.min(t.targets);
+    let start = range.start.min(end);
+    let n = t.decoded(start, end, strategy == super::Strategy::Seek);
+    Some(n.min(u64::MAX as u128) as u64)
+}
+
+/// The longest run of frames one target of `d` needs decoded in order, from its keyframe (at a
+/// multiple of `keyint`, or the stream's start) through its own frame: no split and no number
+/// of workers brings that target out sooner than its run takes one worker. `None` without a
+/// frame timing.
+///
+/// ```
+/// use datahelix::decode::split::longest_chain_frames;
+/// use datahelix::decode::Params;
+/// use datahelix::descriptor::{Descriptor, Modality};
+///
+/// // As above: the targets at 30, 70, 110, … lie 31 frames past their keyframes (0, 40, 80, …).
+/// let d = Descriptor {
+///     modality: Modality::Video,
+///     frames: 320,
+///     fps_num: 10,
+///     fps_den: 1,
+///     duration_ticks: 32,
+///     time_base_num: 1,
+///     time_base_den: 1,
+///     keyint: 40,
+///     ..Descriptor::default()
+/// };
+/// assert_eq!(longest_chain_frames(&d, &Params::default()), Some(31));
+/// ```
+pub fn longest_chain_frames(d: &Descriptor, params: &Params) -> Option<u64> {
+    let t = Timing::new(d, params)?;
+    let longest = (0..t.targets).map(|i| t.chain(i)).max().unwrap_or(0);
+    Some(longest.min(u64::MAX as u128) as u64)
 }
 
 #[cfg(test)]
@@ -465,6 +564,30 @@ mod tests {
         #[test]
         fn never_panics_on_extreme_videos((d, p, parts) in extreme_video()) {
             check(&d, &p, parts);
+        }
+
+        #[test]
+        fn no_range_reaches_a_target_sooner_than_its_run(
+            (d, p, _) in plausible_clip(),
+            a in any::<prop::sample::Index>(),
+            b in any::<prop::sample::Index>(),
+            seek in any::<bool>(),
+        ) {
+            // Fact 4 of the sound bound: whatever piece holds target i, and however it decodes,
+            // it decodes at least i's run from its keyframe; the longest run is one of them.
+            if let Some(t) = Timing::new(&d, &p) {
+                let n = t.targets as usize;
+                let (x, y) = (a.index(n) as u32, b.index(n) as u32);
+                let range = FrameRange { start: x.min(y), end: x.max(y) + 1 };
+                let how = if seek { crate::decode::Strategy::Seek } else { crate::decode::Strategy::Scan };
+                let decoded = decoded_frames(&d, &p, range, how).unwrap() as u128;
+                let longest = longest_chain_frames(&d, &p).unwrap() as u128;
+                for i in range.start..range.end {
+                    prop_assert!(decoded >= t.chain(i), "{:?} decodes {} < run {} of {}", range, decoded, t.chain(i), i);
+                    prop_assert!(longest >= t.chain(i));
+                }
+                prop_assert!((0..t.targets).any(|i| t.chain(i) == longest));
+            }
         }
 
         #[test]

@@ -429,6 +429,7 @@ impl dh_loader {
             start_s,
             end_s: now,
             max_sample_gpu_s: 0.0,
+            sample_chain_s: Vec::new(),
             sample_gpu_s: Vec::new(),
             accel: None,
             decode_cpu_s: batch.decode_cpu_s,

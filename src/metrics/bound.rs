@@ -7,11 +7,17 @@
 //! // Two steps of 1 s of accelerator work each; step 1's 6 CPU-seconds of decoding on 2 cores
 //! // can start no earlier than step 1 − lookahead.
 //! let steps = [
-//!     StepBound { step: 3, accel_s: 1.0, floor_s: 0.1, cpu_s: 0.0 },
-//!     StepBound { step: 4, accel_s: 1.0, floor_s: 0.1, cpu_s: 6.0 },
+//!     StepBound { step: 3, accel_s: 1.0, floor_s: 0.1, cpu_s: 0.0, chain_s: 0.0 },
+//!     StepBound { step: 4, accel_s: 1.0, floor_s: 0.1, cpu_s: 6.0, chain_s: 0.0 },
 //! ];
 //! assert_eq!(wall_bound(&steps, 2.0, 2), 2.0); // lookahead 2: step 4 decodes during warm-up too
 //! assert_eq!(wall_bound(&steps, 2.0, 1), 3.1); // lookahead 1: 3 s of decoding from step 3's start
+//!
+//! // One of step 4's samples needs 2.5 s on one worker whatever the cut (fact 4): the cores
+//! // cannot share that out.
+//! let mut steps = steps;
+//! steps[1] = StepBound { cpu_s: 2.5, chain_s: 2.5, ..steps[1] };
+//! assert_eq!(wall_bound(&steps, 2.0, 1), 2.6); // 2.5 s from step 3's start, then a step
 //! ```
 //!
 //! # The derivation
@@ -59,10 +65,22 @@
 //! 3. **After the last decode of a step**, the rank that waited for it still trains a step:
 //!    `end(s) ≥ D_s + floor_s`, with `floor_s = min_r n_r c0`.
 //!
+//! 4. **One target's frames are decoded in order, on one worker.** A decode worker is
+//!    single-threaded (`PROTOCOL.md`, "CPU budget"), and a video target can only be reached
+//!    by decoding from its keyframe through its frame: whatever the cut into pieces and however
+//!    many workers are free, sample `i`'s decode ends at least `chain_i` after it starts,
+//!    `chain_i` the time of its longest such run (`RankStep::sample_chain_s`); it starts after
+//!    `ready(s − L)` (fact 2), and then the rank that trains `i` runs at least
+//!    `n_min (c0 + w_i)`. So `end(s) ≥ ready(s − L) + chain_s + floor_s` with
+//!    `chain_s = max_i (chain_i + n_min w_i)` ([`step_chain`]). The simulator knows `chain_i`
+//!    (its streams' keyframes lie every `keyint` frames, priced by its decode truth without the
+//!    per-frame discard term); real runs leave it out.
+//!
 //! Putting them together, step by step from `ready(w) = 0`:
 //! `end(s) ≥ max(end(s−1) + accel_s, X_s + floor_s)` with
-//! `X_s = max over a of (ready(a − L) + CPU(a … s) / C)` (when `X_s ≤ end(s−1)` its term is below
-//! the first anyway, since `floor_s ≤ accel_s`). [`wall_bound`] computes it in one pass.
+//! `X_s = max(max over a of (ready(a − L) + CPU(a … s) / C), ready(s − L) + chain_s)` (when
+//! `X_s ≤ end(s−1)` its term is below the first anyway, since `floor_s ≤ accel_s`).
+//! [`wall_bound`] computes it in one pass.
 //!
 //! The CPU term uses the decode CPU the run measured (its own split pieces and retries
 //! included): it bounds schedules that do the same decoding work, and it can only undercount
@@ -83,6 +101,8 @@ pub struct StepBound {
     pub floor_s: f64,
     /// Decode CPU seconds of the step's samples, on every rank.
     pub cpu_s: f64,
+    /// The longest any one of the step's samples takes on one worker, however cut (fact 4).
+    pub chain_s: f64,
 }
 
 /// The accelerator terms of one step from its `ranks` records (module docs, facts 1 and 3).
@@ -112,6 +132,36 @@ pub fn step_accel(records: &[&RankStep], ranks: usize) -> (f64, f64) {
             ((gpu / r_n).max(largest), 0.0)
         }
     }
+}
+
+/// Fact 4's term of one step: over its samples, the largest single-worker decode (the records'
+/// `sample_chain_s`) plus that sample's own accelerator work on the fastest rank, `n_min·w_i`
+/// (`sample_gpu_s`, where the record has one per sample; the step's `floor_s`, `n_min·c0`, is
+/// added after). A record whose list no decode could give (negative, not finite, longer than
+/// its ids) is left out, and no run counts for more than the step's decode CPU, `cpu_s`.
+pub fn step_chain(records: &[&RankStep], cpu_s: f64) -> f64 {
+    let terms: Option<Vec<AccelTerms>> = records.iter().map(|r| r.accel).collect();
+    let n_min = match terms {
+        Some(t) if !t.is_empty() && t.iter().all(plausible) => {
+            t.iter().map(|x| x.noise).fold(f64::INFINITY, f64::min)
+        }
+        _ => 0.0,
+    };
+    let cpu_s = cpu_s.max(0.0);
+    let mut longest = 0.0f64;
+    for r in records {
+        let chains = &r.sample_chain_s;
+        if chains.len() > r.ids.len() || !chains.iter().all(|x| x.is_finite() && *x >= 0.0) {
+            continue;
+        }
+        let works = &r.sample_gpu_s;
+        let paired = works.len() == chains.len() && works.iter().all(|x| x.is_finite() && *x >= 0.0);
+        for (j, &c) in chains.iter().enumerate() {
+            let own = if paired { n_min * works[j] } else { 0.0 };
+            longest = longest.max(c.min(cpu_s) + own);
+        }
+    }
+    longest
 }
 
 /// The step's samples' noise-free seconds from the records' `sample_gpu_s`, heaviest first; a
@@ -212,13 +262,15 @@ pub fn wall_bound(steps: &[StepBound], cores: f64, lookahead: u64) -> f64 {
     let mut end = 0.0f64;
     for (k, st) in steps.iter().enumerate() {
         ready.push(end);
+        let mut chained = f64::NEG_INFINITY;
         if let Some(opened) = st.step.checked_sub(lookahead) {
             if let Ok(i) = steps[..=k].binary_search_by_key(&opened, |x| x.step) {
                 best_open = best_open.max(ready[i] - cpu_before);
+                chained = ready[i] + st.chain_s;
             }
         }
         cpu_before += st.cpu_s / cores;
-        let decoded = best_open + cpu_before; // X_s
+        let decoded = (best_open + cpu_before).max(chained); // X_s
         end = (end + st.accel_s).max(decoded + st.floor_s);
     }
     end
@@ -254,6 +306,28 @@ mod tests {
     }
 
     /// The records of one split of `works` over the ranks (`split[i] mod R` trains sample i).
+    #[test]
+    fn a_samples_run_counts_with_its_own_work_on_the_fastest_rank() {
+        let mut a = rec(1.0, 0.5, 0.5);
+        (a.ids, a.sample_gpu_s, a.sample_chain_s) = (vec![1, 2], vec![0.5, 0.0], vec![1.0, 2.0]);
+        let mut b = rec(2.0, 0.0, 0.0);
+        (b.ids, b.sample_chain_s) = (vec![3], vec![0.5]);
+        // The fastest rank's noise is 1: sample 1 takes 1.0 + 0.5, sample 2 2.0 + 0.
+        assert!((step_chain(&[&a, &b], 10.0) - 2.0).abs() < 1e-12);
+        // No run counts for more than the step's decode CPU.
+        assert!((step_chain(&[&a, &b], 1.2) - 1.5).abs() < 1e-12);
+        // A list no decode could give is left out whole.
+        for lie in [vec![9.0, 9.0], vec![-1.0], vec![f64::NAN]] {
+            b.sample_chain_s = lie;
+            assert!((step_chain(&[&a, &b], 10.0) - 2.0).abs() < 1e-12);
+        }
+        // Without one work per run, the runs count alone.
+        a.sample_gpu_s = vec![0.5];
+        assert!((step_chain(&[&a], 10.0) - 2.0).abs() < 1e-12);
+        a.sample_chain_s = vec![1.9, 0.1];
+        assert!((step_chain(&[&a], 10.0) - 1.9).abs() < 1e-12);
+    }
+
     fn records_of(works: &[f64], split: &[u32], noise: &[f64], c0: f64) -> Vec<RankStep> {
         let r = noise.len();
         (0..r)
@@ -341,7 +415,8 @@ mod tests {
 
     #[test]
     fn decoding_cannot_start_before_its_window_opens() {
-        let st = |step, accel, cpu| StepBound { step, accel_s: accel, floor_s: 0.0, cpu_s: cpu };
+        let st =
+            |step, accel, cpu| StepBound { step, accel_s: accel, floor_s: 0.0, cpu_s: cpu, chain_s: 0.0 };
         // Accelerator-bound: the sum of the steps.
         assert_eq!(wall_bound(&[st(0, 1.0, 0.5), st(1, 1.0, 0.5), st(2, 1.0, 0.5)], 1.0, 1), 3.0);
         // CPU-bound at lookahead 1: step 1's 4 CPU-s start at ready(0) = 0, step 2's at ready(1).

@@ -47,6 +47,12 @@ pub struct RankStep {
     /// before it was kept. The sound bound's pigeonhole term uses them ([`bound`], fact 1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sample_gpu_s: Vec<f64>,
+    /// Per sample of this rank's batch (in `ids` order): the least seconds one decode worker
+    /// needed before it was out, however it was cut — its longest run of frames from a keyframe
+    /// through a target, priced by the decode truth. The simulator's only; empty for real runs
+    /// and older records. The sound bound's fact 4 uses them ([`bound`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sample_chain_s: Vec<f64>,
     /// The emulated accelerator's terms of this step (`gpu_s = (fixed_s + work_s) × noise`);
     /// `None` for a real accelerator. The sound bound uses them ([`bound`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -173,7 +179,8 @@ pub fn summarize(records: &[RankStep], shape: RunShape) -> Summary {
     for (&s, of_step) in &by_step {
         let (accel_s, floor_s) = bound::step_accel(of_step, shape.ranks);
         let cpu_s: f64 = of_step.iter().map(|r| r.decode_cpu_s).sum();
-        per_step.push(bound::StepBound { step: s, accel_s, floor_s, cpu_s });
+        let chain_s = bound::step_chain(of_step, cpu_s);
+        per_step.push(bound::StepBound { step: s, accel_s, floor_s, cpu_s, chain_s });
         step_max_wait.push(of_step.iter().map(|r| r.input_wait_s).fold(0.0, f64::max));
     }
     let ideal = bound::wall_bound(&per_step, cores, shape.lookahead);

@@ -20,8 +20,10 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::engine::{CpuPool, Links, SimJob};
+use super::workload::Calibration;
 use crate::cost::accel::{AccelModel, TokenFormula};
 use crate::decode::sample::Params;
+use crate::decode::split::FrameRange;
 use crate::descriptor::Descriptor;
 use crate::emu::Profile;
 use crate::exec::exchange::HEADER;
@@ -116,6 +118,8 @@ pub struct SimData {
     descriptors: Vec<Descriptor>,
     /// True decode CPU seconds, per descriptor.
     decode_s: Vec<f64>,
+    /// The decode truth `decode_s` was drawn from: what a piece of a sample costs.
+    truth: Calibration,
     /// Position of each id's first descriptor.
     pos_of: HashMap<u64, usize>,
     /// The sampler of the last seed simulated.
@@ -123,8 +127,13 @@ pub struct SimData {
 }
 
 impl SimData {
-    /// The dataset of `descriptors` whose decodes take `decode_s` CPU seconds (one per descriptor).
-    pub fn new(descriptors: Vec<Descriptor>, decode_s: Vec<f64>) -> Result<SimData, String> {
+    /// The dataset of `descriptors` whose decodes take `decode_s` CPU seconds (one per
+    /// descriptor, drawn from `truth`, which also prices their pieces).
+    pub fn new(
+        descriptors: Vec<Descriptor>,
+        decode_s: Vec<f64>,
+        truth: Calibration,
+    ) -> Result<SimData, String> {
         if descriptors.is_empty() || decode_s.len() != descriptors.len() {
             return Err("the dataset is empty (or its decode times do not match it)".into());
         }
@@ -132,7 +141,7 @@ impl SimData {
         for (i, d) in descriptors.iter().enumerate() {
             pos_of.entry(d.id).or_insert(i);
         }
-        Ok(SimData { descriptors, decode_s, pos_of, sampler: Arc::default() })
+        Ok(SimData { descriptors, decode_s, truth, pos_of, sampler: Arc::default() })
     }
 
     /// The descriptors.
@@ -143,6 +152,24 @@ impl SimData {
     /// True decode CPU seconds, per descriptor.
     pub fn decode_s(&self) -> &[f64] {
         &self.decode_s
+    }
+
+    /// True CPU seconds of decoding the targets `frames` (all of them with `None`) of the
+    /// sample at `pos`.
+    fn part_s(&self, pos: usize, frames: Option<FrameRange>, params: &Params) -> f64 {
+        let whole_s = self.decode_s[pos];
+        match frames {
+            Some(range) => self.truth.part_s(&self.descriptors[pos], params, whole_s, range),
+            None => whole_s,
+        }
+    }
+
+    /// The least seconds one worker takes before the sample of `id` is decoded, however it is
+    /// cut ([`Calibration::chain_s`]); 0 for an id not in the dataset.
+    fn chain_s(&self, id: u64, params: &Params) -> f64 {
+        self.pos_of
+            .get(&id)
+            .map_or(0.0, |&pos| self.truth.chain_s(&self.descriptors[pos], params, self.decode_s[pos]))
     }
 
     /// The sampler of these ids under `seed` (made once per seed in a row).
@@ -258,7 +285,7 @@ impl Cluster<'_> {
             match action {
                 Action::Submit(jobs) => {
                     for j in jobs {
-                        let cpu_s = self.catalog.data.decode_s[j.pos] * j.share;
+                        let cpu_s = self.catalog.data.part_s(j.pos, j.frames, &self.cfg.params);
                         let tag = rank.tags.len() as u64;
                         rank.tags.push(j.key);
                         rank.pool.submit(rank.t, SimJob { key: j.priority, id: j.id, cpu_s, tag });
@@ -496,6 +523,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                 start_s: now,
                 end_s: 0.0,
                 max_sample_gpu_s: sample_gpu_s.iter().copied().fold(0.0, f64::max),
+                sample_chain_s: spec.ids.iter().map(|&id| data.chain_s(id, &cfg.params)).collect(),
                 sample_gpu_s,
                 accel: Some(terms),
                 decode_cpu_s: spec.decode_cpu_s,

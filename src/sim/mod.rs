@@ -145,7 +145,7 @@ pub fn prepare(
         check_plan: false,
         keep_plan_inputs: false,
     };
-    Ok((cfg, SimData::new(descriptors, decode_s)?))
+    Ok((cfg, SimData::new(descriptors, decode_s, cal.clone())?))
 }
 
 /// Cores per rank at which a rank's mean decode CPU-seconds per step (`batch` samples of the
@@ -519,7 +519,7 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         check_plan: run.check_plan,
         keep_plan_inputs: false,
     };
-    simulate(&cfg, &SimData::new(descriptors, decode_s)?)
+    simulate(&cfg, &SimData::new(descriptors, decode_s, cal.clone())?)
 }
 
 /// Loads a workload and its calibration.

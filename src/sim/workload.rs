@@ -42,7 +42,8 @@ use serde::Deserialize;
 
 use crate::cost::accel::TokenFormula;
 use crate::decode::cost::{Coefficients, Features};
-use crate::decode::sample::Params;
+use crate::decode::sample::{output_shape, Params};
+use crate::decode::FrameRange;
 use crate::descriptor::{Codec, Container, Descriptor, Modality, Status};
 use crate::emu::Profile;
 use crate::gen::{LogNormal, Weighted, WeightedValue};
@@ -356,17 +357,57 @@ impl Calibration {
         Ok(Calibration { codecs, source: source.into() })
     }
 
-    /// The true decode CPU seconds of `d`: the calibrated prediction times a log-normal residual
-    /// drawn from `(seed, id)` (the same sample costs the same whenever it is decoded).
+    /// The true decode CPU seconds of `d`: the calibrated cost of the frames a decoder decodes
+    /// ([`Features::exact_range`] of the whole sample) times a log-normal residual drawn from
+    /// `(seed, id)` (the same sample costs the same whenever it is decoded).
     pub fn decode_s(&self, d: &Descriptor, params: &Params, seed: u64) -> Result<f64, String> {
         let cost = self.codecs.get(&d.codec).ok_or_else(|| {
             format!("calibration {} has no model for codec {}", self.source, d.codec.name())
         })?;
-        let base = cost.coefficients.predict(&Features::predict(d, params));
+        let base = cost.coefficients.predict(&Features::exact_range(d, params, whole(d, params)));
         let mut rng = Rng(splitmix64(seed ^ 0x5EED_DEC0_DE00_0000) ^ d.id);
         let z = rng.normal();
         Ok(base * (cost.sigma * z - cost.sigma * cost.sigma / 2.0).exp())
     }
+
+    /// The true CPU seconds of decoding only the targets `range` of `d`, whose whole decode
+    /// takes `whole_s` ([`Calibration::decode_s`]): the same residual, on the calibrated cost
+    /// of the range's frames. A codec the calibration lacks costs its share of the frames.
+    pub fn part_s(&self, d: &Descriptor, params: &Params, whole_s: f64, range: FrameRange) -> f64 {
+        if range == whole(d, params) {
+            return whole_s;
+        }
+        let Some(cost) = self.codecs.get(&d.codec) else {
+            return whole_s * range.len() as f64 / whole(d, params).len().max(1) as f64;
+        };
+        let c = &cost.coefficients;
+        whole_s * c.predict(&Features::exact_range(d, params, range))
+            / c.predict(&Features::exact_range(d, params, whole(d, params)))
+    }
+
+    /// The least CPU seconds, on one worker, before the slowest-to-reach target of `d` is
+    /// decoded, however the sample is cut and whoever decodes it: the calibrated cost of that
+    /// target's run from its keyframe ([`Features::longest_chain`]) under the same residual,
+    /// leaving out the per-frame discard term (a piece that keeps several targets of one run
+    /// discards fewer of its frames). No more than `whole_s`; 0 where no such floor is known (a
+    /// video without a timing, a codec without a model or with a negative coefficient).
+    pub fn chain_s(&self, d: &Descriptor, params: &Params, whole_s: f64) -> f64 {
+        let (Some(cost), Some(run)) = (self.codecs.get(&d.codec), Features::longest_chain(d, params)) else {
+            return 0.0;
+        };
+        let c = &cost.coefficients;
+        if [c.c0, c.c_px, c.c_bits, c.c_seek].iter().any(|x| *x < 0.0) {
+            return 0.0;
+        }
+        let floor = c.c0 + c.c_px * run.mpixels + c.c_bits * run.mbits;
+        let whole_pred = c.predict(&Features::exact_range(d, params, whole(d, params)));
+        (whole_s * floor / whole_pred).clamp(0.0, whole_s.max(0.0))
+    }
+}
+
+/// Every target of `d`.
+fn whole(d: &Descriptor, params: &Params) -> FrameRange {
+    FrameRange::whole(output_shape(d, params).0)
 }
 
 impl Workload {
@@ -627,6 +668,27 @@ text_tokens = { median = 64, sigma = 0.3, min = 1, max = 512 }
         assert_eq!(w.regime, "long segments");
         // The tag changes nothing else: same descriptors.
         assert_eq!(w.descriptors(), Workload::parse(BASE, "t.toml").unwrap().descriptors());
+    }
+
+    #[test]
+    fn no_piece_holding_a_clips_longest_run_costs_less_than_the_run() {
+        // The camera originals: 4K60 H.264 with a keyframe every 250 frames.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/workloads/egoexo4d_4k.toml");
+        let w = Workload::load(&path).unwrap();
+        let cal = Calibration::load(&w.calibration_path()).unwrap();
+        let p = w.preprocess.params();
+        for d in w.descriptors().iter().take(300) {
+            let whole_s = cal.decode_s(d, &p, 7).unwrap();
+            let chain = cal.chain_s(d, &p, whole_s);
+            assert!(chain > 0.0 && chain <= whole_s, "{} of {whole_s} s", chain);
+            // However the sample is cut, some piece holds the target of the longest run and
+            // costs at least the run.
+            for parts in [2, 3, 5, 16, 1024] {
+                let pieces = crate::decode::split::split_targets(d, &p, parts);
+                let most = pieces.iter().map(|&r| cal.part_s(d, &p, whole_s, r)).fold(0.0, f64::max);
+                assert!(most >= chain * (1.0 - 1e-12), "{parts} parts: largest {most} s < run {chain} s");
+            }
+        }
     }
 
     #[test]

@@ -128,8 +128,6 @@ pub struct Planned {
     pub ranges: Vec<FrameRange>,
     /// Per decode job: its predicted seconds on one worker.
     pub work_s: Vec<f64>,
-    /// Per decode job: its share of its whole sample's predicted decode.
-    pub shares: Vec<f64>,
     /// Per decode job: its output shape, `[frames of its range, H', W', 3]`.
     pub shapes: Vec<[usize; 4]>,
     /// Per decode job: whether it decodes only a piece of its sample.
@@ -536,16 +534,6 @@ impl Agreed {
         let partial: Vec<bool> = (0..plan.jobs.len())
             .map(|j| work[j].frames != FrameRange::whole(offer.frames[plan.jobs[j].sample as usize]))
             .collect();
-        let shares = (0..plan.jobs.len())
-            .map(|j| {
-                let whole_s = input.samples[plan.jobs[j].sample as usize].decode_s;
-                match (partial[j], whole_s > 0.0) {
-                    (false, _) => 1.0,
-                    (true, true) => work[j].decode_s / whole_s,
-                    (true, false) => 0.5,
-                }
-            })
-            .collect();
         let shapes = (0..plan.jobs.len())
             .map(|j| {
                 let d = &descriptors[plan.jobs[j].sample as usize];
@@ -559,7 +547,6 @@ impl Agreed {
             predicted: input.samples.iter().map(|x| (x.tokens, x.bytes)).collect(),
             ranges: work.iter().map(|w| w.frames).collect(),
             work_s: work.iter().map(|w| w.decode_s).collect(),
-            shares,
             shapes,
             partial,
             plan,

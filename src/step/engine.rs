@@ -572,7 +572,6 @@ impl Engine {
                 priority: (t << 32) | k as u64,
                 frames: p.partial[j].then_some(p.ranges[j]),
                 predicted_s: p.work_s[j],
-                share: p.shares[j],
                 shape: p.shapes[j],
             });
             self.outstanding.insert(key, p.work_s[j]);

@@ -108,8 +108,6 @@ pub struct DecodeRequest {
     pub frames: Option<FrameRange>,
     /// Predicted seconds on one worker.
     pub predicted_s: f64,
-    /// Its predicted share of the whole sample's decode time (1 for a whole sample).
-    pub share: f64,
     /// The output shape it will have, `[F, H', W', 3]` (exact under the protocol).
     pub shape: [usize; 4],
 }
