@@ -74,7 +74,7 @@ fn helix_comes_close_to_the_bound_where_decoding_is_cheap() {
 }
 
 #[test]
-fn a_keyframe_run_longer_than_the_steps_binds() {
+fn a_keyframe_run_longer_than_the_steps_binds_and_helix_comes_close() {
     // Ego-Exo4D's 4K60 originals: a target up to ~250 frames past its keyframe is ~9 s of one
     // worker's decode, whatever the cut, against ~2 s accelerator steps and two steps of
     // lookahead: that run, not the accelerator or the cores, sets the pace.
@@ -83,7 +83,7 @@ fn a_keyframe_run_longer_than_the_steps_binds() {
     let (cfg, data) = sim::prepare(&w, &cal, Policy::Helix, &over).unwrap();
     let run = sim::simulate(&cfg, &data).unwrap();
     let s = &run.summary;
-    assert!(s.efficiency <= 1.0, "efficiency {}", s.efficiency);
+    assert!(s.efficiency <= 1.0 && s.efficiency > 0.75, "efficiency {}", s.efficiency);
     // Without the samples' runs the bound is the accelerator's and the cores': far below.
     let bare: Vec<RankStep> =
         run.records.iter().map(|r| RankStep { sample_chain_s: Vec::new(), ..r.clone() }).collect();

@@ -1,6 +1,8 @@
 //! Which samples DataHelix offers the planner in pieces: a sample one decode worker may not finish
 //! before its batch is due is split at keyframes ([`crate::decode::split`]) into as many pieces
-//! as that takes, so that placement may decode them on several ranks at once. The loader and the
+//! as that takes — more than there are ranks where it must (a rank's workers decode several
+//! pieces of one sample at once: Ego-Exo4D's 3-minute 4K clips need 16) — so that placement may
+//! decode them on several workers and ranks at once. The loader and the
 //! simulator both ask here, so they split alike.
 //!
 //! ```no_run
@@ -18,7 +20,7 @@
 use crate::cost::accel::TokenFormula;
 use crate::decode::cost::{output_bytes, CostModel, Features};
 use crate::decode::sample::{output_shape, Params};
-use crate::decode::split::{split_targets, FrameRange};
+use crate::decode::split::{split_targets, FrameRange, MAX_PARTS};
 use crate::descriptor::Descriptor;
 use crate::plan::{PieceIn, SampleIn};
 
@@ -65,7 +67,7 @@ pub fn offer_pieces(
         None if !(due_s > 0.0) || !(decode_s > SPLIT_SHARE * due_s) || decode_s < MIN_SPLIT_S => {
             return Vec::new()
         }
-        None => (decode_s / (SPLIT_SHARE * due_s)).ceil().clamp(2.0, ranks as f64) as u32,
+        None => (decode_s / (SPLIT_SHARE * due_s)).ceil().clamp(2.0, MAX_PARTS as f64) as u32,
     };
     let ranges = split_targets(d, params, parts);
     if ranges.len() < 2 {
@@ -215,6 +217,17 @@ mod tests {
         assert!(offer_pieces(&d, &p, &m, 0.2, 0.0, 4, None).is_empty(), "too short: whole");
         assert!(offer_pieces(&Descriptor { keyint: 0, ..d }, &p, &m, 7.0, 4.0, 4, None).is_empty());
         assert_eq!(offer_pieces(&d, &p, &m, 0.01, 4.0, 4, Some(0.0)).len(), 2, "forced");
+    }
+
+    #[test]
+    fn a_long_late_clip_gets_as_many_pieces_as_its_deadline_needs_not_as_ranks() {
+        // 3 minutes at 30 fps, a keyframe every 250 frames: 16 targets, each in a GOP of its
+        // own. 16 s of decode due in 2 s needs pieces of ≤ 1 s: all 16, on 2 ranks' workers.
+        let d = Descriptor { frames: 5400, duration_ticks: 180_000, keyint: 250, ..clip() };
+        let pieces = offer_pieces(&d, &Params::default(), &CostModel::default(), 16.0, 2.0, 2, None);
+        assert_eq!(pieces.len(), 16, "{pieces:?}");
+        // Due in 8 s: pieces of ≤ 4 s, four of them.
+        assert_eq!(offer_pieces(&d, &Params::default(), &CostModel::default(), 16.0, 8.0, 2, None).len(), 4);
     }
 
     #[test]

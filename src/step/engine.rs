@@ -40,6 +40,10 @@ struct Held {
 enum Stage {
     /// Records (when needed) and planning of the steps `from ..= current + L` not planned yet.
     Round { current: u64, from: u64 },
+    /// A round from step `step` before its batch is collected, when its plan predicts a rank
+    /// late and splits a sample (a decode longer than its window: the steps ahead, likely the
+    /// same, start decoding while the late rank waits).
+    EarlyRound { step: u64 },
     /// Plans `todo` and submits this rank's jobs (after the records were filed).
     Plan { current: u64, todo: Vec<u64>, check: bool },
     /// All ranks agree on this round's plans and on the collectives issued so far.
@@ -284,6 +288,8 @@ impl Engine {
                 let s = self.next_step;
                 if self.prepared != Some(s) {
                     self.stages.push_back(Stage::Round { current: s, from: s });
+                } else {
+                    self.stages.push_back(Stage::EarlyRound { step: s });
                 }
                 self.stages.push_back(Stage::Collect { step: s });
             }
@@ -403,6 +409,19 @@ impl Engine {
                     return Ok(Some(Action::Gather(bytes)));
                 }
                 self.stages.push_front(Stage::Plan { current, todo, check: false });
+                Ok(None)
+            }
+            Stage::EarlyRound { step } => {
+                // Every rank holds the same plan of `step`: all of them take this round, or none.
+                // Where the CPUs are short instead (nothing split), starting earlier gains no
+                // throughput and spreads the waits: 0.78 → 0.90 of mmc4-interleaved's rank-steps
+                // missed at X = 1.25 when every predicted-late step took it.
+                if agreed
+                    .plan_of(step)
+                    .is_some_and(|p| p.plan.predicted_misses > 0 && p.partial.contains(&true))
+                {
+                    self.stages.push_front(Stage::Round { current: step, from: step });
+                }
                 Ok(None)
             }
             Stage::Plan { current, todo, check } => {
