@@ -138,6 +138,9 @@ pub struct StepPlan {
     pub tokens: Vec<u64>,
     /// Predicted misses (the planner's; 0 for baselines, which do not predict).
     pub predicted_misses: u64,
+    /// Predicted delay of the step's latest batch past its deadline, seconds (the planner's;
+    /// 0 for baselines).
+    pub delay_s: f64,
     /// Hash of the decisions.
     pub hash: u64,
 }
@@ -186,7 +189,7 @@ pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPla
     let pieces: &[plan::PieceIn] = if options.placement { &input.pieces } else { &[] };
     let p = plan::plan_as(input, step, &options, pieces)?;
     let accel_s = p.first_step_loads();
-    let plan::Plan { owner, decoder, jobs, decode_order, predicted_misses, hash, .. } = p;
+    let plan::Plan { owner, decoder, jobs, decode_order, predicted_misses, delay_s, hash, .. } = p;
     let mut decoder = decoder;
     let mut order = decode_order;
     if policy == Policy::ActorPool {
@@ -217,6 +220,7 @@ pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPla
         accel_s,
         tokens: input.samples.iter().map(|s| s.tokens).collect(),
         predicted_misses: if policy.name().starts_with("helix") { predicted_misses } else { 0 },
+        delay_s: if policy.name().starts_with("helix") { delay_s } else { 0.0 },
         hash: h.finish(),
     })
 }

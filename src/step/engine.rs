@@ -40,9 +40,9 @@ struct Held {
 enum Stage {
     /// Records (when needed) and planning of the steps `from ..= current + L` not planned yet.
     Round { current: u64, from: u64 },
-    /// A round from step `step` before its batch is collected, when its plan predicts a rank
-    /// late and splits a sample (a decode longer than its window: the steps ahead, likely the
-    /// same, start decoding while the late rank waits).
+    /// A round from step `step` before its batch is collected, when its plan splits a sample
+    /// and predicts it late by more than a step (a decode longer than its window: the steps
+    /// ahead, likely the same, start decoding while the late rank waits).
     EarlyRound { step: u64 },
     /// Plans `todo` and submits this rank's jobs (after the records were filed).
     Plan { current: u64, todo: Vec<u64>, check: bool },
@@ -415,11 +415,18 @@ impl Engine {
                 // Every rank holds the same plan of `step`: all of them take this round, or none.
                 // Where the CPUs are short instead (nothing split), starting earlier gains no
                 // throughput and spreads the waits: 0.78 → 0.90 of mmc4-interleaved's rank-steps
-                // missed at X = 1.25 when every predicted-late step took it.
-                if agreed
-                    .plan_of(step)
-                    .is_some_and(|p| p.plan.predicted_misses > 0 && p.partial.contains(&true))
-                {
+                // missed at X = 1.25 when every predicted-late step took it. And the round's
+                // collectives sit on every rank's input-wait path: taken on every late-and-split
+                // step of the demo's real runs it cost ranks whose batches were ready 1–10 ms
+                // (helix's 1 ms misses 2.9% → 14.7%), so only a delay longer than the step
+                // itself — a wait no collective adds to — takes it.
+                let model = agreed.accel_model();
+                let late = agreed.plan_of(step).is_some_and(|p| {
+                    p.plan.predicted_misses > 0
+                        && p.partial.contains(&true)
+                        && p.plan.delay_s > p.plan.step_under(&model)
+                });
+                if late {
                     self.stages.push_front(Stage::Round { current: step, from: step });
                 }
                 Ok(None)

@@ -32,7 +32,7 @@
 //!
 //! | call | collectives, in order |
 //! |---|---|
-//! | [`Call::Next`] of step `s` | if `s` was not prepared: a *round* (below); else, if the plan of `s` predicts a rank late and splits a sample (helix): a round first, so that step `s + L` starts decoding while that rank waits — on a step that waits anyway; if `moves(s)`: one exchange of every tensor of `s` still owed (senders wait for their decodes); the after-decode step — helix's gate: an exchange only when the plan's sizes make it pay; post-balance: one fixed-size all-gather of the decoded sizes (each rank's padded to the most slots a rank trains), then an exchange when it balances |
+//! | [`Call::Next`] of step `s` | if `s` was not prepared: a *round* (below); else, if the plan of `s` splits a sample and predicts a rank late by more than the step takes (helix): a round first, so that step `s + L` starts decoding while that rank waits — on a step that waits anyway; if `moves(s)`: one exchange of every tensor of `s` still owed (senders wait for their decodes); the after-decode step — helix's gate: an exchange only when the plan's sizes make it pay; post-balance: one fixed-size all-gather of the decoded sizes (each rank's padded to the most slots a rank trains), then an exchange when it balances |
 //! | [`Call::Prepare`] (after `Next(s)`) | if `moves(s+1)`: one exchange of what of `s+1` is decoded already; a round |
 //! | [`Call::Ship`] (near the end of step `s`) | if `moves(s+1)`: an exchange of what of `s+1` is decoded; a wait (local) until shortly before the slowest rank's predicted end; a second exchange of `s+1` |
 //!
