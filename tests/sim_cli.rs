@@ -77,3 +77,41 @@ fn measured_links_change_what_moving_tensors_costs() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--records` with a workload writes each policy's per-rank steps, complete enough to give the
+/// run's summary again (the sound bound included) from the records alone.
+#[test]
+fn a_workloads_records_give_its_summary_again() {
+    use datahelix::metrics::{summarize, RankStep, RunShape};
+    let dir = tempfile::tempdir().unwrap();
+    let out = sim(&[
+        "--workload",
+        "scripts/workloads/egoexo4d_4k.toml",
+        "--ranks",
+        "4",
+        "--steps",
+        "12",
+        "--policy",
+        "rank-local,helix",
+        "--records",
+        dir.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cores = v["cores_per_rank"].as_f64().unwrap() * 4.0;
+    for p in ["rank-local", "helix"] {
+        let text = std::fs::read_to_string(dir.path().join(format!("sim-{p}.json"))).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let records: Vec<RankStep> = serde_json::from_value(doc["records"].clone()).unwrap();
+        assert_eq!(records.len(), 4 * 12, "{p}");
+        // Camera originals: every delivered sample carries its keyframe run (fact 4 of the bound).
+        assert!(records.iter().all(|r| r.sample_chain_s.len() == r.ids.len()), "{p}");
+        let again = summarize(&records, RunShape { warmup: 5, ranks: 4, cores, lookahead: 2 });
+        let said = v["policies"][p]["efficiency"].as_f64().unwrap();
+        assert!((again.efficiency - said).abs() < 1e-9, "{p}: {} from the records, {said} printed", again.efficiency);
+        assert!(again.efficiency > 0.0 && again.efficiency <= 1.0, "{p}: {}", again.efficiency);
+    }
+    // Policies not asked for are not written.
+    assert!(!dir.path().join("sim-actor-pool.json").exists());
+}

@@ -89,8 +89,9 @@ pub struct SimArgs {
     /// alltoallv --json` on the machine that runs the real side (default: 20 µs + 5 GB/s).
     #[arg(long, value_name = "PERF_JSON")]
     pub links: Option<PathBuf>,
-    /// `--data`: write each policy's per-rank step records to `DIR/sim-<policy>.json`, in the
-    /// shape of `train --out` (`{"records": [...], "summary": {...}}`), to compare step by step.
+    /// `--data` or `--workload`: write each policy's per-rank step records to
+    /// `DIR/sim-<policy>.json`, in the shape of `train --out` (`{"records": [...], "summary":
+    /// {...}}`), to compare step by step or recompute the bound.
     #[arg(long, value_name = "DIR")]
     pub records: Option<PathBuf>,
 }
@@ -141,6 +142,13 @@ fn print_summary(s: &sim::SuiteSummary) {
     }
 }
 
+/// Writes one policy's records to `dir/sim-<policy>.json` (`--records`).
+fn write_records(dir: &std::path::Path, p: Policy, run: &sim::SimRun) -> Result<(), CliError> {
+    std::fs::create_dir_all(dir).map_err(|e| CliError::usage(format!("--records {}: {e}", dir.display())))?;
+    let doc = json!({ "records": run.records, "summary": run.summary });
+    write_json(&doc, Some(&dir.join(format!("sim-{}.json", p.name()))))
+}
+
 /// Runs `datahelix sim`.
 pub fn run(args: SimArgs) -> Result<i32, CliError> {
     let pols = policies(&args.policy)?;
@@ -160,7 +168,11 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
     };
     if let Some(file) = &args.workload {
         let (w, cal) = sim::load(file).map_err(CliError::usage)?;
-        let res = sim::run_policies(&w, &cal, &pols, &over).map_err(CliError::usage)?;
+        let res = sim::run_policies_with(&w, &cal, &pols, &over, |p, run| match &args.records {
+            Some(dir) => write_records(dir, p, run).map_err(|e| e.message),
+            None => Ok(()),
+        })
+        .map_err(CliError::usage)?;
         if !args.json {
             print_workload(&res);
         }
@@ -248,10 +260,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
             let r = sim::run_data(dir, &cal, &run).map_err(CliError::usage)?;
             let pr = PolicyResult::of(&r);
             if let Some(dir) = &args.records {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| CliError::usage(format!("--records {}: {e}", dir.display())))?;
-                let doc = json!({ "records": r.records, "summary": r.summary });
-                write_json(&doc, Some(&dir.join(format!("sim-{}.json", p.name()))))?;
+                write_records(dir, p, &r)?;
             }
             if !args.json {
                 println!(

@@ -287,6 +287,18 @@ pub fn run_policies(
     policies: &[Policy],
     over: &Overrides,
 ) -> Result<WorkloadResult, String> {
+    run_policies_with(w, cal, policies, over, |_, _| Ok(()))
+}
+
+/// [`run_policies`], handing each policy's whole run (its per-rank records) to `keep` before it
+/// is reduced to its [`PolicyResult`] — `sim --workload --records` writes them out.
+pub fn run_policies_with(
+    w: &Workload,
+    cal: &Calibration,
+    policies: &[Policy],
+    over: &Overrides,
+    mut keep: impl FnMut(Policy, &SimRun) -> Result<(), String>,
+) -> Result<WorkloadResult, String> {
     use rayon::prelude::*;
     // One dataset for every policy: only the policy differs between the runs.
     let (cfg, data) = prepare(w, cal, Policy::Helix, over)?;
@@ -312,6 +324,7 @@ pub fn run_policies(
     }
     for r in runs {
         let (p, run) = r?;
+        keep(p, &run)?;
         out.policies.insert(p.name().to_owned(), PolicyResult::of(&run));
     }
     Ok(out)
