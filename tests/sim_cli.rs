@@ -109,7 +109,11 @@ fn a_workloads_records_give_its_summary_again() {
         assert!(records.iter().all(|r| r.sample_chain_s.len() == r.ids.len()), "{p}");
         let again = summarize(&records, RunShape { warmup: 5, ranks: 4, cores, lookahead: 2 });
         let said = v["policies"][p]["efficiency"].as_f64().unwrap();
-        assert!((again.efficiency - said).abs() < 1e-9, "{p}: {} from the records, {said} printed", again.efficiency);
+        assert!(
+            (again.efficiency - said).abs() < 1e-9,
+            "{p}: {} from the records, {said} printed",
+            again.efficiency
+        );
         assert!(again.efficiency > 0.0 && again.efficiency <= 1.0, "{p}: {}", again.efficiency);
     }
     // Policies not asked for are not written.

@@ -42,7 +42,11 @@
 //!    `k = 0 … 64`, and bisects on `T`). At equal noise this is the pigeonhole bound: of the
 //!    `kR + 1` heaviest some rank trains `k + 1`, at least the `k + 1` lightest of them. With two
 //!    samples a rank of very different sizes (latents, buckets) the mean is well below what any
-//!    split reaches, and this is not. Where a step has at most 32 samples the minimum itself is
+//!    split reaches, and this is not. Nor is the pairing term ([`pairing`], steps of at most four
+//!    samples a rank): of the `j` heaviest, the `k` heaviest each need a rank, and a rank that
+//!    holds one of them beside others needs room for both — a count of what each rank can hold,
+//!    relaxed by a multiplier, that at equal noise is the classic pairing of the `k`-th heaviest
+//!    with the `(2R + 1 − k)`-th. Where a step has at most 32 samples the minimum itself is
 //!    searched ([`best_split`]) and, when the search ends, taken. The largest of these is the
 //!    step's `accel_s`.
 //!
@@ -89,6 +93,7 @@
 use super::{AccelTerms, RankStep};
 
 pub mod best_split;
+pub mod pairing;
 
 /// What the bound needs of one measured step.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -121,7 +126,7 @@ pub fn step_accel(records: &[&RankStep], ranks: usize) -> (f64, f64) {
             let known = (n_max * c0).max((r_n * c0 + work) / harmonic).max(n_min * (c0 + largest));
             let noise: Vec<f64> = t.iter().map(|x| x.noise).collect();
             let works = sample_works(records);
-            let packed = packing_s(&works, &noise, c0, known);
+            let packed = pairing::pairing_s(&works, &noise, c0, packing_s(&works, &noise, c0, known));
             // The run's own split is one split: the search looks for shorter ones only.
             let run = t.iter().map(|x| x.noise * (x.fixed_s + x.work_s)).fold(0.0, f64::max);
             let best = best_split::best_split_s(&works, &noise, c0, packed, run).unwrap_or(0.0);
