@@ -119,3 +119,47 @@ fn a_workloads_records_give_its_summary_again() {
     // Policies not asked for are not written.
     assert!(!dir.path().join("sim-actor-pool.json").exists());
 }
+
+/// `scripts/split_quality.py` reads what `--records` writes: the policy's split before noise is
+/// no shorter than the lower bound of any split, and a schedule that knows the noise is no
+/// slower than the policy's realised steps (it starts from LPT on the noisy rooms and only
+/// improves).
+#[test]
+fn split_quality_reads_a_workloads_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sim(&[
+        "--workload",
+        "scripts/workloads/opensora12_buckets.toml",
+        "--ranks",
+        "16",
+        "--steps",
+        "12",
+        "--policy",
+        "helix",
+        "--records",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("python3")
+        .arg("scripts/split_quality.py")
+        .arg(dir.path().join("sim-helix.json"))
+        .output()
+        .expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let number_after = |key: &str| -> f64 {
+        let at = text.find(key).unwrap_or_else(|| panic!("{key:?} in {text}")) + key.len();
+        text[at..]
+            .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .find(|s| !s.is_empty())
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let own = number_after("noise-free: the policy's split ");
+    let lower = number_after("no split below ");
+    let realised = number_after("realised (with noise): the policy's split ");
+    let oracle = number_after("knows noise (7 steps): ");
+    assert!(own >= lower - 1e-3, "{text}");
+    assert!(oracle <= realised + 1e-3, "{text}");
+}
