@@ -205,6 +205,9 @@ pub(crate) fn plan_as(
             Batching::Lpt => batching::lpt(&items, r, &caps),
             Batching::LptLocalSearch => {
                 let mut o = batching::lpt(&items, r, &caps);
+                if r >= batching::PAIRS_FROM_RANKS && caps.iter().all(|&c| c == 0) {
+                    batching::balance_pairs(&items, &mut o, r, batching::MAX_PAIR_PASSES);
+                }
                 batching::local_search(&items, &caps, &mut o, r, options.local_search_rounds);
                 o
             }
