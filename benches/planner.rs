@@ -6,7 +6,9 @@
 //! - `plan_workload`: the inputs the step engine itself built, at 4096 ranks, in a short
 //!   simulated run of an in-tree workload (`scripts/workloads/`): real backlogs, deadlines,
 //!   split pieces and decode estimates, where the synthetic draw has none of them
-//!   (kinetics700_10s, hdvila_long, mmc4_interleaved).
+//!   (kinetics700_10s, hdvila_long, mmc4_interleaved), planned as the loader's rank 0 plans
+//!   them: the batching of every rank, the decode placement of its own planning group
+//!   (`plan::groups`).
 //!
 //!     cargo bench --bench planner
 //!     cargo bench --bench planner -- plan_workload     # the workload inputs only
@@ -23,7 +25,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use datahelix::plan::synthetic::{synthetic, Kind};
-use datahelix::plan::{plan, PlanInput};
+use datahelix::plan::{plan, PlanInput, Scope};
 use datahelix::policy::{plan_step, Policy};
 use datahelix::sim::{self, Overrides};
 
@@ -85,7 +87,11 @@ fn planning_workloads(c: &mut Criterion) {
             g.bench_with_input(
                 BenchmarkId::new(format!("{name}_{ranks}_ranks"), format!("step_{t}")),
                 &input,
-                |b, input| b.iter(|| black_box(plan_step(Policy::Helix, t, input).expect("plan").hash)),
+                |b, input| {
+                    b.iter(|| {
+                        black_box(plan_step(Policy::Helix, t, input, Scope::GroupOf(0)).expect("plan").hash)
+                    })
+                },
             );
         }
     }

@@ -227,6 +227,24 @@ fn samples_decoded_in_pieces_on_several_ranks_are_the_bytes_of_whole_decodes() {
     assert!(ahead_spans > 0, "no split sample was put together while the accelerator ran");
 }
 
+/// Placement in planning groups (what 1024 ranks and more do, `plan::groups`), here groups of two
+/// of the four ranks: each rank plans the batching of all four but the decode placement of its
+/// own group only, so no rank knows what the other group moves. The exchanges still match
+/// (`--check-plan` agrees on every round's collectives), every sample is delivered once, and
+/// the pieces decoded on the owner's group-mate are the bytes of whole decodes.
+#[test]
+fn ranks_that_plan_only_their_own_groups_placement_deliver_the_same_bytes() {
+    let dir = common::tiny_dataset();
+    let ids = common::manifest_ids(&dir);
+    let out = tempfile::tempdir().unwrap();
+    let whole = train(&dir, "rank-local", &out.path().join("whole.json"), &["--checksums"]);
+    let extra = ["--checksums", "--split-above", "0", "--plan-group-ranks", "2"];
+    let grouped = train(&dir, "helix", &out.path().join("grouped.json"), &extra);
+    assert_exactly_once(&grouped, &ids);
+    assert_eq!(step_checksums(&grouped), step_checksums(&whole), "pieces placed in groups differ");
+    assert!(grouped["summary"]["bytes_moved"].as_u64().unwrap() > 0, "no piece moved within a group");
+}
+
 /// Tensors a rank is sent count in its pool's byte budget (issue 18): each step's record says
 /// how many bytes of received tensors the pool counted with the batch in hand, at least what
 /// arrived for that step. Under a budget of 4 MiB, smaller than what some steps receive beside

@@ -39,6 +39,7 @@ const KEYS: &[&str] = &[
     "job",
     "check_plan",
     "split_above_s",
+    "plan_group_ranks",
     "transfer_model",
     "max_frames",
     "max_pixels",

@@ -364,7 +364,9 @@ dh_result dh_config_from_file(const char *path, struct dh_config **config_out);
  * limit), `warmup` (first steps left out of `dh_loader_metrics`), `lookahead`, `budget_mib`,
  * `cpu_budget` (`true`/`false`: confine decode workers to a cgroup), `cores`, `job`,
  * `check_plan` (`true`/`false`), `split_above_s` (placement policies: decode every sample
- * predicted longer than this many seconds in pieces), `transfer_model` (`default`: 20 µs +
+ * predicted longer than this many seconds in pieces), `plan_group_ranks` (place decode work
+ * within groups of this many consecutive ranks, each rank planning only its own; default 0:
+ * automatic, groups only from 1024 ranks), `transfer_model` (`default`: 20 µs +
  * 5 GB/s; `measured`: an all-to-all-v sweep at `dh_loader_new`, the same model on every rank),
  * `max_frames`, `max_pixels`,
  * `collective_timeout_s` (the

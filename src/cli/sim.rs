@@ -38,6 +38,10 @@ pub struct SimArgs {
     /// (replaces the files' `run.cores_per_rank` / `run.cpu_per_accel`).
     #[arg(long)]
     pub cpu_per_accel: Option<f64>,
+    /// Workloads: place decode work within groups of this many consecutive ranks (helix;
+    /// default: automatic, groups of 8 from 1024 ranks — what `train --plan-group-ranks` sets).
+    #[arg(long)]
+    pub plan_group_ranks: Option<u32>,
     /// A policy or `all`.
     #[arg(long, default_value = "all")]
     pub policy: String,
@@ -159,6 +163,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
         seed: args.seed,
         accel_window: args.accel_window,
         cpu_per_accel: args.cpu_per_accel,
+        plan_group_ranks: args.plan_group_ranks,
     };
     let emit = |doc: &serde_json::Value| -> Result<(), CliError> {
         if args.json || args.out.is_some() {

@@ -54,6 +54,11 @@ pub struct TrainArgs {
     /// in pieces split at keyframes, late or not (default: only samples that would be late).
     #[arg(long)]
     pub split_above: Option<f64>,
+    /// Place decode work within groups of this many consecutive ranks, each rank planning only
+    /// its own group's (default: automatic — from 1024 ranks, the nodes of `--transfer-model
+    /// measured`, else 8 ranks).
+    #[arg(long, default_value_t = 0)]
+    pub plan_group_ranks: u32,
     /// Steps decoded ahead of the one in training (prefetch; the protocol allows 2).
     #[arg(long, default_value_t = 2)]
     pub lookahead: usize,
@@ -180,6 +185,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     cfg.steps = args.steps;
     cfg.lookahead = args.lookahead;
     cfg.split_above_s = args.split_above;
+    cfg.plan_group_ranks = args.plan_group_ranks;
     cfg.budget_bytes = args.budget_mib << 20;
     cfg.decode_timeout = super::decode::timeout(args.decode_timeout);
     if !(args.max_skip_rate.is_finite() && args.max_skip_rate >= 0.0) {

@@ -73,6 +73,8 @@ pub struct JobFacts<'a> {
     pub max_skip_rate: f64,
     /// The transfer model measured at open (a dozen collectives every rank must issue).
     pub measure_transfer: bool,
+    /// Ranks per planning group (0: automatic).
+    pub plan_group_ranks: u32,
 }
 
 impl Fingerprint {
@@ -103,6 +105,7 @@ impl Fingerprint {
             ("split_above_s", job.split_above_s.map_or(u64::MAX, f64::to_bits)),
             ("max_skip_rate", job.max_skip_rate.to_bits()),
             ("measure_transfer", job.measure_transfer as u64),
+            ("plan_group_ranks", job.plan_group_ranks as u64),
         ])
     }
 
@@ -126,6 +129,7 @@ impl Fingerprint {
             split_above_s: None,
             max_skip_rate: 0.0,
             measure_transfer: false,
+            plan_group_ranks: 0,
         });
         f.fields.iter_mut().for_each(|f| f.1 = 0);
         f
@@ -327,6 +331,7 @@ mod tests {
             split_above_s: None,
             max_skip_rate: 0.01,
             measure_transfer: false,
+            plan_group_ranks: 0,
         };
         let a = Fingerprint::of(&facts("helix"));
         assert_eq!(a, Fingerprint::of(&facts("helix")), "a pure function of the facts");

@@ -130,6 +130,10 @@ pub struct LoaderConfig {
     /// How long before the step ends [`Loader::ship_ahead`] stops waiting for tensors still
     /// decoding for other ranks and sends them: the planner's last exchange before a deadline.
     pub ship_slack_s: f64,
+    /// Ranks per planning group: each rank places decode work only within its group, and plans
+    /// only its own group's placement (`plan::groups`). 0, automatic: none below 1024 ranks,
+    /// from there the nodes of a measured transfer model, else 8 consecutive ranks.
+    pub plan_group_ranks: u32,
 }
 
 /// [`LoaderConfig::ship_margin_s`]'s default: 100 ms, ample for a few MiB on one machine.
@@ -167,6 +171,7 @@ impl LoaderConfig {
             split_above_s: None,
             ship_margin_s: DEFAULT_SHIP_MARGIN_S,
             ship_slack_s: DEFAULT_SHIP_SLACK_S,
+            plan_group_ranks: 0,
         }
     }
 
@@ -189,6 +194,7 @@ impl LoaderConfig {
             // leave the fit ill-conditioned at many ranks.
             accel_window: 8 * ranks.max(8),
             max_skip_rate: self.max_skip_rate,
+            plan_group_ranks: self.plan_group_ranks,
         }
     }
 }
@@ -556,6 +562,7 @@ impl<'w> Loader<'w> {
                 split_above_s: cfg.split_above_s,
                 max_skip_rate: cfg.max_skip_rate,
                 measure_transfer: cfg.measure_transfer,
+                plan_group_ranks: cfg.plan_group_ranks,
             }),
             Err(_) => Fingerprint::unready(),
         };
@@ -600,6 +607,7 @@ impl<'w> Loader<'w> {
         };
         let plan_dump = std::env::var_os("DATAHELIX_PLAN_DUMP").map(PathBuf::from);
         let mut agreed = Agreed::new(cfg.agreed(ranks), &ids, ranks);
+        agreed.place_only_for(rank);
         agreed.keep_inputs(rank == 0 && plan_dump.is_some());
         let mut engine = Engine::new(rank, ranks, workers_here, worker_millicores);
         engine.start_at(first_step).map_err(ExecError::Step)?;

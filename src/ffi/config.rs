@@ -38,6 +38,7 @@ pub(crate) const KEYS: &[&str] = &[
     "job",
     "check_plan",
     "split_above_s",
+    "plan_group_ranks",
     "transfer_model",
     "max_frames",
     "max_pixels",
@@ -133,6 +134,9 @@ impl dh_config {
                     return Err(invalid(key, value, "expected finite, non-negative seconds"));
                 }
                 l.split_above_s = Some(v);
+            }
+            "plan_group_ranks" => {
+                l.plan_group_ranks = num(key, value, "expected ranks per planning group (0: automatic)")?
             }
             "max_frames" => l.params.max_frames = num(key, value, "expected a positive integer")?,
             "max_pixels" => l.params.max_pixels = num(key, value, "expected a positive integer")?,
@@ -256,7 +260,9 @@ pub extern "C" fn dh_config_from_file(path: *const c_char, config_out: *mut *mut
 /// limit), `warmup` (first steps left out of `dh_loader_metrics`), `lookahead`, `budget_mib`,
 /// `cpu_budget` (`true`/`false`: confine decode workers to a cgroup), `cores`, `job`,
 /// `check_plan` (`true`/`false`), `split_above_s` (placement policies: decode every sample
-/// predicted longer than this many seconds in pieces), `transfer_model` (`default`: 20 µs +
+/// predicted longer than this many seconds in pieces), `plan_group_ranks` (place decode work
+/// within groups of this many consecutive ranks, each rank planning only its own; default 0:
+/// automatic, groups only from 1024 ranks), `transfer_model` (`default`: 20 µs +
 /// 5 GB/s; `measured`: an all-to-all-v sweep at `dh_loader_new`, the same model on every rank),
 /// `max_frames`, `max_pixels`,
 /// `collective_timeout_s` (the

@@ -222,6 +222,12 @@ pub struct PlanOptions {
     /// without it read as 0.
     #[serde(default)]
     pub guard_share: f64,
+    /// Ranks per planning group, whose decode work is placed apart from the other groups'
+    /// (`plan::groups`): 0, automatic — none below `groups::GROUPS_FROM_RANKS` ranks, from
+    /// there the transfer model's nodes, else groups of `groups::GROUP_RANKS`; `n`, groups of
+    /// `n` consecutive ranks at any scale. Inputs written without it read as 0.
+    #[serde(default)]
+    pub group_ranks: u32,
 }
 
 impl Default for PlanOptions {
@@ -235,6 +241,7 @@ impl Default for PlanOptions {
             helpers_per_move: 8,
             miss_tolerance_s: 0.001,
             guard_share: DEFAULT_GUARD_SHARE,
+            group_ranks: 0,
         }
     }
 }

@@ -26,12 +26,14 @@
 //! [`Plan::hash`] is cheap to compute; a `--check-plan` run all-reduces it each step.
 
 pub mod batching;
+pub mod groups;
 mod input;
 pub mod placement;
 pub mod rebalance;
 pub mod record;
 pub mod synthetic;
 
+pub use groups::{GroupTiming, Scope};
 pub use input::{Batching, PieceIn, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
 
 use serde::Serialize;
@@ -111,7 +113,13 @@ pub struct Plan {
     pub swaps: u32,
     /// Samples placed on a rank beyond its memory cap (no rank had room).
     pub cap_violations: u32,
-    /// FNV-1a 64, word by word ([`Fnv::word`]), of the decisions (owners, decoders, orders).
+    /// Planning groups the decode work was placed in ([`groups`]; 0: placed over every rank at
+    /// once). With groups, a plan made for one group ([`Scope::GroupOf`]) leaves the other
+    /// groups' jobs on their owners, and their predicted misses, lateness, readiness and bytes
+    /// out.
+    pub groups: u32,
+    /// FNV-1a 64, word by word ([`Fnv::word`]), of the decisions (owners, decoders, orders;
+    /// with groups, the owners and jobs only, which every rank decides alike).
     pub hash: u64,
 }
 
@@ -166,19 +174,35 @@ impl Fnv {
 
 /// Makes the plan. Pure: the same input gives the same plan, bit for bit.
 pub fn plan(input: &PlanInput) -> Result<Plan, PlanError> {
-    plan_as(input, input.first_step, &input.options, &input.pieces)
+    plan_scoped(input, Scope::Every).map(|p| p.plan)
+}
+
+/// A plan and, where it placed decode work in groups ([`groups`]), what the groups took.
+#[derive(Clone, Debug)]
+pub struct Planning {
+    /// The plan.
+    pub plan: Plan,
+    /// What placing the groups took; `None` for a plan without groups.
+    pub timing: Option<GroupTiming>,
+}
+
+/// [`plan`] of only `scope`'s groups' placements (see [`groups`]): what a rank of a loader
+/// needs at thousands of ranks. Below [`groups::GROUPS_FROM_RANKS`] ranks, the whole plan.
+pub fn plan_scoped(input: &PlanInput, scope: Scope) -> Result<Planning, PlanError> {
+    plan_as(input, input.first_step, &input.options, &input.pieces, scope)
 }
 
 /// [`plan`] of `input` as a policy plans it: from step `first_step`, with its `options` and
 /// `pieces`, without copying the input. `input` is validated with its own options and pieces:
 /// `options` must differ from them only in the choice of methods, and `pieces` must be
-/// `input.pieces` or none.
+/// `input.pieces` or none; `scope` as for [`plan_scoped`].
 pub(crate) fn plan_as(
     input: &PlanInput,
     first_step: u64,
     options: &PlanOptions,
     pieces: &[PieceIn],
-) -> Result<Plan, PlanError> {
+    scope: Scope,
+) -> Result<Planning, PlanError> {
     input.validate().map_err(PlanError)?;
     let r = input.ranks.len();
     let steps = input.steps().max(1);
@@ -271,30 +295,21 @@ pub(crate) fn plan_as(
             job_bytes.push(pc.bytes);
         }
     }
-    let problem = placement::Problem {
+    let jobs_table = groups::Jobs {
+        input,
         steps,
         step: jobs.iter().map(|j| input.samples[j.sample as usize].step).collect(),
         owner: jobs.iter().map(|j| owner[j.sample as usize]).collect(),
         accel_ns: (0..jobs.len()).map(|j| if j < n { weight[j] as i64 } else { 0 }).collect(),
-        max_load_ns,
         decode_ns: job_decode,
-        transfer_ns: job_bytes.iter().map(|&b| ns(input.transfer.seconds_near(b))).collect(),
-        transfer_far_ns: if input.transfer.has_classes() {
-            job_bytes.iter().map(|&b| ns(input.transfer.seconds(b))).collect()
-        } else {
-            Vec::new()
-        },
-        node: if input.transfer.has_classes() { input.transfer.node_of.clone() } else { Vec::new() },
         bytes: job_bytes,
-        mem_cap: caps.clone(),
         id: jobs.iter().map(|j| ids[j.sample as usize]).collect(),
         pinned: jobs.iter().map(|j| split[j.sample as usize]).collect(),
-        workers: input.ranks.iter().map(|s| s.workers).collect(),
-        backlog_ns: input.ranks.iter().map(|s| ns(s.queued_cpu_s / s.workers.max(1) as f64)).collect(),
-        deadline_ns: deadline.clone(),
+        max_load_ns,
+        guard_ns: deadline.iter().map(|&d| (options.guard_share * d as f64).max(0.0) as i64).collect(),
+        deadline_ns: deadline,
         exchange_ns: exchange,
         tolerance_ns: ns(options.miss_tolerance_s),
-        guard_ns: deadline.iter().map(|&d| (options.guard_share * d as f64).max(0.0) as i64).collect(),
     };
     let o = options;
     let search = placement::Search {
@@ -303,7 +318,15 @@ pub(crate) fn plan_as(
         max_moves: o.placement_moves,
         helpers: o.helpers_per_move,
     };
-    let placed = placement::place(&problem, search);
+    let grouping = if o.placement { groups::Groups::of(input) } else { None };
+    let (placed, timing) = match &grouping {
+        Some(g) => {
+            let (placed, timing) = jobs_table.place_grouped(g, scope, search);
+            (placed, Some(timing))
+        }
+        None => (jobs_table.place_flat(search), None),
+    };
+    let deadline = jobs_table.deadline_ns;
     let owner: Vec<u32> = placed.owner[..n].to_vec();
     // Owner swaps keep every rank within the step's largest load; recompute the loads they moved.
     let mut accel = vec![0i64; r * steps];
@@ -333,21 +356,32 @@ pub(crate) fn plan_as(
             });
         }
     }
+    // In groups, a rank knows only its own group's placement: the hash covers what every rank
+    // decides alike.
+    let placed_everywhere = grouping.is_none();
     let mut h = Fnv::default();
     h.word(first_step).word(r as u64).word(n as u64);
     for i in 0..n {
-        h.word(ids[i]).word(owner[i] as u64).word(placed.decoder[i] as u64);
-    }
-    for (j, job) in jobs.iter().enumerate().skip(n) {
-        h.word(job.sample as u64).word(job.part as u64).word(placed.decoder[j] as u64);
-    }
-    for order in &placed.order {
-        h.word(order.len() as u64);
-        for &i in order {
-            h.word(i as u64);
+        h.word(ids[i]).word(owner[i] as u64);
+        if placed_everywhere {
+            h.word(placed.decoder[i] as u64);
         }
     }
-    Ok(Plan {
+    for (j, job) in jobs.iter().enumerate().skip(n) {
+        h.word(job.sample as u64).word(job.part as u64);
+        if placed_everywhere {
+            h.word(placed.decoder[j] as u64);
+        }
+    }
+    if placed_everywhere {
+        for order in &placed.order {
+            h.word(order.len() as u64);
+            for &i in order {
+                h.word(i as u64);
+            }
+        }
+    }
+    let plan = Plan {
         first_step,
         owner,
         decoder: placed.decoder,
@@ -363,8 +397,10 @@ pub(crate) fn plan_as(
         offloads: placed.offloads,
         swaps: placed.swaps,
         cap_violations,
+        groups: grouping.map_or(0, |g| g.members.len() as u32),
         hash: h.finish(),
-    })
+    };
+    Ok(Planning { plan, timing })
 }
 
 #[cfg(test)]

@@ -141,6 +141,10 @@ pub struct StepPlan {
     /// Predicted delay of the step's latest batch past its deadline, seconds (the planner's;
     /// 0 for baselines).
     pub delay_s: f64,
+    /// Planning groups the decode work was placed in (0: none; see [`plan::groups`]).
+    pub groups: u32,
+    /// What placing the groups took, where it did (measured, never read by a decision).
+    pub timing: Option<plan::GroupTiming>,
     /// Hash of the decisions.
     pub hash: u64,
 }
@@ -171,8 +175,14 @@ impl StepPlan {
 }
 
 /// Plans one step under `policy`. `input.samples` are the usable samples of the global batch in
-/// batch order (all with `step` 0); `input.ranks` what each rank reported.
-pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPlan, plan::PlanError> {
+/// batch order (all with `step` 0); `input.ranks` what each rank reported. `scope`: which
+/// planning groups' placements to make ([`plan::groups`]; a loader's rank needs only its own).
+pub fn plan_step(
+    policy: Policy,
+    step: u64,
+    input: &PlanInput,
+    scope: plan::Scope,
+) -> Result<StepPlan, plan::PlanError> {
     let r = input.ranks.len();
     let n = input.samples.len();
     let mut options = PlanOptions { ..input.options.clone() };
@@ -187,9 +197,9 @@ pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPla
     }
     // Only DataHelix's placement decodes a sample in pieces on several ranks.
     let pieces: &[plan::PieceIn] = if options.placement { &input.pieces } else { &[] };
-    let p = plan::plan_as(input, step, &options, pieces)?;
+    let plan::Planning { plan: p, timing } = plan::plan_as(input, step, &options, pieces, scope)?;
     let accel_s = p.first_step_loads();
-    let plan::Plan { owner, decoder, jobs, decode_order, predicted_misses, delay_s, hash, .. } = p;
+    let plan::Plan { owner, decoder, jobs, decode_order, predicted_misses, delay_s, hash, groups, .. } = p;
     let mut decoder = decoder;
     let mut order = decode_order;
     if policy == Policy::ActorPool {
@@ -203,12 +213,16 @@ pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPla
     }
     let mut h = plan::Fnv::default();
     h.word(hash).word(policy as u64);
-    for (i, &d) in decoder.iter().enumerate() {
-        h.word(i as u64).word(d as u64);
-    }
-    for o in &order {
-        for &i in o {
-            h.word(i as u64);
+    // With groups a rank knows its own group's decoders and orders only (the plan's hash
+    // covers what every rank decides alike).
+    if groups == 0 {
+        for (i, &d) in decoder.iter().enumerate() {
+            h.word(i as u64).word(d as u64);
+        }
+        for o in &order {
+            for &i in o {
+                h.word(i as u64);
+            }
         }
     }
     Ok(StepPlan {
@@ -221,6 +235,8 @@ pub fn plan_step(policy: Policy, step: u64, input: &PlanInput) -> Result<StepPla
         tokens: input.samples.iter().map(|s| s.tokens).collect(),
         predicted_misses: if policy.name().starts_with("helix") { predicted_misses } else { 0 },
         delay_s: if policy.name().starts_with("helix") { delay_s } else { 0.0 },
+        groups,
+        timing,
         hash: h.finish(),
     })
 }
@@ -318,7 +334,7 @@ mod tests {
             pieces: Vec::new(),
             exchange_s: 0.0,
         };
-        let p = plan_step(Policy::Helix, 0, &input).unwrap();
+        let p = plan_step(Policy::Helix, 0, &input, plan::Scope::Every).unwrap();
         assert!(p.step_s() < 0.02, "the prior predicts {} s", p.step_s());
         let fitted = AccelModel { c0: 1.0, a: 5e-4, b: 0.0 };
         let mut accel = p.accel_under(&fitted);

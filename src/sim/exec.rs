@@ -79,6 +79,8 @@ pub struct SimConfig {
     pub split_above_s: Option<f64>,
     /// Agree on every round's plans and schedule, as `--check-plan` does.
     pub check_plan: bool,
+    /// Ranks per planning group (`LoaderConfig::plan_group_ranks`; 0: automatic).
+    pub plan_group_ranks: u32,
     /// Keep every planner input in [`SimRun::plan_inputs`] (the planner bench plans them again).
     pub keep_plan_inputs: bool,
 }
@@ -106,6 +108,7 @@ impl SimConfig {
             accel_window: self.accel_window,
             // The simulated decodes never fail: no budget to keep.
             max_skip_rate: 1.0,
+            plan_group_ranks: self.plan_group_ranks,
         }
     }
 }

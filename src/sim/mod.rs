@@ -79,6 +79,8 @@ pub struct Overrides {
     /// The CPU budget as a share of the accelerator ([`workload::Run::cpu_per_accel`]); replaces
     /// the file's budget.
     pub cpu_per_accel: Option<f64>,
+    /// Ranks per planning group (`LoaderConfig::plan_group_ranks`; None: automatic).
+    pub plan_group_ranks: Option<u32>,
 }
 
 /// The configuration and data of a workload under `over`.
@@ -143,6 +145,7 @@ pub fn prepare(
         ship_slack_s: crate::exec::loader::DEFAULT_SHIP_SLACK_S,
         split_above_s: None,
         check_plan: false,
+        plan_group_ranks: over.plan_group_ranks.unwrap_or(0),
         keep_plan_inputs: false,
     };
     Ok((cfg, SimData::new(descriptors, decode_s, cal.clone())?))
@@ -530,6 +533,7 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         ship_slack_s: crate::exec::loader::DEFAULT_SHIP_SLACK_S,
         split_above_s: None,
         check_plan: run.check_plan,
+        plan_group_ranks: 0,
         keep_plan_inputs: false,
     };
     simulate(&cfg, &SimData::new(descriptors, decode_s, cal.clone())?)

@@ -16,7 +16,7 @@ use crate::decode::split::FrameRange;
 use crate::descriptor::{Codec, Descriptor};
 use crate::plan::rebalance::{self, Decoded};
 use crate::plan::record::StepRecord;
-use crate::plan::{PlanInput, PlanOptions, RankState, TransferCost};
+use crate::plan::{PlanInput, PlanOptions, RankState, Scope, TransferCost};
 use crate::policy::pieces::{OfferContext, StepOffer};
 use crate::policy::{self, Policy, StepPlan};
 use crate::sampler::Sampler;
@@ -59,6 +59,9 @@ pub struct AgreedConfig {
     /// The largest fraction of planned samples that may fail (bad in the index or in decoding)
     /// before the run ends with the failing ids ([`Agreed::skip_budget`]); 1 or more: no limit.
     pub max_skip_rate: f64,
+    /// Ranks per planning group (`PlanOptions::group_ranks`; 0: automatic, groups only from
+    /// 1024 ranks).
+    pub plan_group_ranks: u32,
 }
 
 /// Failures below this many never end a run, whatever the rate (a first bad sample among the
@@ -86,6 +89,7 @@ impl AgreedConfig {
             accel_prior: AccelModel { c0: 0.01, a: 1e-6, b: 0.0 },
             accel_window: 64,
             max_skip_rate: 1.0,
+            plan_group_ranks: 0,
         }
     }
 }
@@ -142,7 +146,8 @@ pub struct Planned {
     pub inbound: Vec<Vec<u32>>,
     /// Per slot: its decode jobs, in piece order.
     pub jobs_of: Vec<Vec<usize>>,
-    /// Whether any job is decoded away from its sample's owner (every rank knows).
+    /// Whether any job is decoded away from its sample's owner (every rank knows); always
+    /// with planning groups, where a rank knows only its own group's placement.
     pub moves: bool,
     /// The per-rank accelerator prediction of [`Agreed::accel_of`] and the round it was made in.
     accel_cache: std::sync::Mutex<Option<(u64, Arc<Vec<f64>>)>>,
@@ -196,6 +201,9 @@ pub struct Agreed {
     training: Option<(u64, f64)>,
     /// Wall seconds the planner took (measured, never read by a decision), plans, largest.
     plan_stats: (f64, u64, f64),
+    /// Whose decode placement this state plans: a loader's rank needs only its own planning
+    /// group's at thousands of ranks ([`crate::plan::groups`]); the simulator every group's.
+    scope: Scope,
     keep_inputs: bool,
     inputs: Vec<(u64, PlanInput)>,
     /// Per step: the samples as the after-decode step sees them and the moves it decided.
@@ -235,11 +243,18 @@ impl Agreed {
             rounds: 0,
             training: None,
             plan_stats: (0.0, 0, 0.0),
+            scope: Scope::Every,
             keep_inputs: false,
             inputs: Vec::new(),
             after: BTreeMap::new(),
             skips: SkipTally::default(),
         }
+    }
+
+    /// Plans decode placement only for `rank`'s planning group ([`crate::plan::groups`]: from
+    /// 1024 ranks on, a rank needs no other group's). Without it every group is placed.
+    pub fn place_only_for(&mut self, rank: usize) {
+        self.scope = Scope::GroupOf(rank as u32);
     }
 
     /// Keeps every planner input for [`Agreed::take_inputs`] (`DATAHELIX_PLAN_DUMP`).
@@ -277,7 +292,10 @@ impl Agreed {
         &self.decode_model
     }
 
-    /// Planner wall seconds in all, plans made, and the largest plan's seconds.
+    /// Planner wall seconds in all, plans made, and the largest plan's seconds. Where decode
+    /// work is placed in groups and every group's placement is made here (the simulator), a plan
+    /// counts the time of its slowest group's only, beside the rest: what a rank that places
+    /// only its own group spends, at most.
     pub fn plan_stats(&self) -> (f64, u64, f64) {
         self.plan_stats
     }
@@ -518,17 +536,18 @@ impl Agreed {
             ranks: states,
             accel: model,
             transfer: self.effective_transfer(),
-            options: if measured {
-                PlanOptions::default()
-            } else {
-                PlanOptions { placement_moves: 0, ..PlanOptions::default() }
+            options: PlanOptions {
+                placement_moves: if measured { PlanOptions::default().placement_moves } else { 0 },
+                group_ranks: self.cfg.plan_group_ranks,
+                ..PlanOptions::default()
             },
             pieces: offer.pieces.clone(),
             exchange_s: exchange,
         };
         let clock = Instant::now();
-        let plan = policy::plan_step(self.cfg.policy, t, &input)?;
-        let took = clock.elapsed().as_secs_f64();
+        let plan = policy::plan_step(self.cfg.policy, t, &input, self.scope)?;
+        let took = clock.elapsed().as_secs_f64()
+            - plan.timing.map_or(0.0, |g| if g.groups > 1 { g.total_s - g.slowest_s } else { 0.0 });
         self.plan_stats = (self.plan_stats.0 + took, self.plan_stats.1 + 1, self.plan_stats.2.max(took));
         let work = offer.job_work(plan.jobs.len());
         let partial: Vec<bool> = (0..plan.jobs.len())
@@ -573,6 +592,11 @@ impl Agreed {
         }
         for js in &mut jobs_of {
             js.sort_by_key(|&j| planned.plan.jobs[j].part);
+        }
+        // With groups no rank knows whether another group moves anything: every rank then
+        // takes part in the exchanges (one that has nothing to send or receive sends nothing).
+        if planned.plan.groups > 0 {
+            planned.moves = true;
         }
         planned.jobs_of = jobs_of;
 
