@@ -67,7 +67,7 @@ fn accepted(key: &str, value: &str) -> Option<bool> {
         "collective_timeout_s" => seconds(t).is_some_and(|s| s > 0.0),
         "job" | "index_dir" => true,
         "transfer_model" => ["default", "measured"].contains(&t),
-        "max_frames" => t.parse::<u32>().is_ok(),
+        "max_frames" | "plan_group_ranks" => t.parse::<u32>().is_ok(),
         "max_pixels" => t.parse::<u64>().is_ok(),
         "resume" => LoaderState::from_json(value).is_ok(),
         _ => return None,
