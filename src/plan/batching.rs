@@ -1,6 +1,7 @@
 //! Splitting one global batch across ranks so that the largest predicted accelerator time is as
 //! small as possible, under each rank's memory cap (multiway number partitioning, NP-hard; the
-//! planner uses LPT as the seed and a bounded local search on top).
+//! planner, [`balanced`], uses LPT as the seed and a bounded local search on top, with pairwise
+//! passes between them and a tolerance from [`PAIRS_FROM_RANKS`] ranks).
 //!
 //! Weights are integer nanoseconds, so sums are exact and every rank computes the same split.
 //!
@@ -61,20 +62,52 @@ fn fits(cap: &[u64], used: &[u64], r: usize, mem: u64) -> bool {
     cap[r] == 0 || used[r] + mem <= cap[r]
 }
 
+/// An item as the heuristics consume it: its weight and id beside it (read in order, not looked
+/// up: at 127k items a lookup per item is a cache miss).
+#[derive(Clone, Copy, Debug)]
+struct Ordered {
+    weight: u64,
+    id: u64,
+    item: usize,
+}
+
 /// Items by weight descending, then id ascending (the order both heuristics consume them in).
-fn heaviest_first(items: &Items<'_>) -> Vec<usize> {
+fn heaviest_first(items: &Items<'_>) -> Vec<Ordered> {
+    let n = items.len();
+    if n <= u32::MAX as usize && items.id.iter().all(|&id| id <= u32::MAX as u64) {
+        // The whole key in one u128 (half the time of sorting tuples at 127k items).
+        let mut keyed: Vec<u128> = (0..n)
+            .map(|i| ((!items.weight[i] as u128) << 64) | ((items.id[i] as u128) << 32) | i as u128)
+            .collect();
+        keyed.sort_unstable();
+        return keyed
+            .into_iter()
+            .map(|k| Ordered {
+                weight: !((k >> 64) as u64),
+                id: (k >> 32) as u32 as u64,
+                item: k as u32 as usize,
+            })
+            .collect();
+    }
     // The keys sorted beside their items, not looked up per comparison.
     let mut keyed: Vec<(Reverse<u64>, u64, usize)> =
-        (0..items.len()).map(|i| (Reverse(items.weight[i]), items.id[i], i)).collect();
+        (0..n).map(|i| (Reverse(items.weight[i]), items.id[i], i)).collect();
     keyed.sort_unstable();
-    keyed.into_iter().map(|(_, _, i)| i).collect()
+    keyed.into_iter().map(|(Reverse(weight), id, item)| Ordered { weight, id, item }).collect()
 }
 
 /// Longest processing time first: each item, heaviest first, to the least-loaded rank that has
 /// memory for it (ties to the lower rank). Where no rank has room, the one with most room left.
 pub fn lpt(items: &Items<'_>, ranks: usize, cap: &[u64]) -> Vec<u32> {
+    lpt_in(items, &heaviest_first(items), ranks, cap)
+}
+
+/// [`lpt`] of the items in `order` ([`heaviest_first`]).
+fn lpt_in(items: &Items<'_>, order: &[Ordered], ranks: usize, cap: &[u64]) -> Vec<u32> {
     let mut owner = vec![0u32; items.len()];
     let mut used = vec![0u64; ranks];
+    // Without caps every rank has room: no memory to count.
+    let uncapped = cap.iter().all(|&c| c == 0);
     // Keyed by (load, items held, rank): zero-weight items spread instead of piling on one rank.
     // The key packed in one u128 compares in an instruction pair (the heap's sifts are most of
     // the work: 127k items over 4096 ranks).
@@ -84,14 +117,16 @@ pub fn lpt(items: &Items<'_>, ranks: usize, cap: &[u64]) -> Vec<u32> {
     let unpack = |k: u128| ((k >> 64) as u64, (k >> 32) as u32, k as u32 as usize);
     let mut heap: BinaryHeap<Reverse<u128>> = (0..ranks).map(|r| key(0, 0, r)).collect();
     let mut skipped = Vec::new();
-    for i in heaviest_first(items) {
+    for &Ordered { weight: w, item: i, .. } in order {
         // The usual case: the least-loaded rank has room; its key grows in place (one sift).
         if let Some(mut top) = heap.peek_mut() {
             let (load, count, r) = unpack(top.0);
-            if fits(cap, &used, r, items.mem[i]) {
+            if uncapped || fits(cap, &used, r, items.mem[i]) {
                 owner[i] = r as u32;
-                used[r] += items.mem[i];
-                *top = key(load + items.weight[i], count + 1, r);
+                if !uncapped {
+                    used[r] += items.mem[i];
+                }
+                *top = key(load + w, count + 1, r);
                 continue;
             }
         }
@@ -112,9 +147,34 @@ pub fn lpt(items: &Items<'_>, ranks: usize, cap: &[u64]) -> Vec<u32> {
         });
         owner[i] = r as u32;
         used[r] += items.mem[i];
-        heap.push(key(load + items.weight[i], count + 1, r));
+        heap.push(key(load + w, count + 1, r));
         heap.extend(skipped.drain(..));
     }
+    owner
+}
+
+/// The planner's batching: [`lpt`]; from [`PAIRS_FROM_RANKS`] ranks without memory caps,
+/// [`balance_pairs`]; then [`local_search_to`] at most `rounds` rounds; each stopping once the
+/// largest load is [`good_enough`]. (The steps share one sort of the items.)
+///
+/// ```
+/// use datahelix::plan::batching::{balanced, loads, lower_bound, Items};
+///
+/// let weight = [3, 3, 2, 2, 2];
+/// let ids: Vec<u64> = (0..5).collect();
+/// let items = Items { weight: &weight, mem: &[0; 5], id: &ids };
+/// let owner = balanced(&items, 2, &[0; 2], 100);
+/// assert_eq!(loads(&items, &owner, 2), vec![6, 6]); // LPT alone: 7 and 5
+/// ```
+pub fn balanced(items: &Items<'_>, ranks: usize, cap: &[u64], rounds: u32) -> Vec<u32> {
+    let target = good_enough(lower_bound(items, ranks), ranks);
+    let order = heaviest_first(items);
+    let mut owner = lpt_in(items, &order, ranks, cap);
+    if ranks >= PAIRS_FROM_RANKS && cap.iter().all(|&c| c == 0) {
+        let held = held_by_rank(&owner, ranks, order.iter().rev());
+        pairs(items, held, &mut owner, ranks, MAX_PAIR_PASSES, target);
+    }
+    local_search_to(items, cap, &mut owner, ranks, rounds, target);
     owner
 }
 
@@ -122,9 +182,25 @@ pub fn lpt(items: &Items<'_>, ranks: usize, cap: &[u64]) -> Vec<u32> {
 /// maximum without pushing another rank to or above it. At most `rounds` changes. Deterministic:
 /// candidates are scanned in (load, rank) and (weight, id) order.
 pub fn local_search(items: &Items<'_>, cap: &[u64], owner: &mut [u32], ranks: usize, rounds: u32) {
+    local_search_to(items, cap, owner, ranks, rounds, lower_bound(items, ranks));
+}
+
+/// [`local_search`] that stops once the largest load is at most `target` (a load no split can
+/// beat, [`lower_bound`], or one close enough to it: [`good_enough`]).
+pub fn local_search_to(
+    items: &Items<'_>,
+    cap: &[u64],
+    owner: &mut [u32],
+    ranks: usize,
+    rounds: u32,
+    target: u64,
+) {
     const TARGETS: usize = 8;
-    let lb = lower_bound(items, ranks);
+    let lb = lower_bound(items, ranks).max(target);
     let mut load = loads(items, owner, ranks);
+    if load.iter().all(|&l| l <= lb) {
+        return; // before building what the search needs (a tenth of a plan at 4096 ranks)
+    }
     let mut used = vec![0u64; ranks];
     // Per rank: (weight, item) of the items it holds (the weight beside the item: the swap
     // scan reads every held item's weight, and a lookup per item was most of its time).
@@ -149,7 +225,7 @@ pub fn local_search(items: &Items<'_>, cap: &[u64], owner: &mut [u32], ranks: us
     for _ in 0..rounds {
         let Some(&(max, m)) = by_load.iter().next_back() else { return };
         if max <= lb {
-            return; // optimal
+            return; // optimal, or close enough
         }
         // Best change: (resulting larger of the two loads, kind, item on m, target, item on target).
         let mut best: Option<(u64, usize, usize, usize, Option<usize>)> = None;
@@ -310,7 +386,7 @@ pub fn karmarkar_karp(items: &Items<'_>, ranks: usize) -> Vec<u32> {
     let spread = |p: &Partition| p[0].0 - p[p.len() - 1].0;
     let mut heap: BinaryHeap<(u64, Reverse<u64>, usize)> = BinaryHeap::new();
     let mut parts: Vec<Option<Partition>> = Vec::with_capacity(items.len());
-    for i in heaviest_first(items) {
+    for Ordered { item: i, .. } in heaviest_first(items) {
         let mut p: Partition = vec![(0, Vec::new()); ranks];
         p[0] = (items.weight[i], vec![i]);
         heap.push((spread(&p), Reverse(items.id[i]), parts.len()));
@@ -352,6 +428,31 @@ pub fn karmarkar_karp(items: &Items<'_>, ranks: usize) -> Vec<u32> {
 /// interleaved sets), so plans there are what they were.
 pub const PAIRS_FROM_RANKS: usize = 1024;
 
+/// From [`PAIRS_FROM_RANKS`] ranks, balancing stops within a `1 / BALANCE_TOLERANCE` share of
+/// the lower bound ([`good_enough`]).
+pub const BALANCE_TOLERANCE: u64 = 4096;
+
+/// The largest load at which balancing `ranks` ranks stops, for a split whose [`lower_bound`] is
+/// `lb`: `lb` itself below [`PAIRS_FROM_RANKS`] ranks (plans there are as they were), `lb` and
+/// a `1 / BALANCE_TOLERANCE` share of it from there. A plan is a prediction: the accelerator
+/// model's per-sample noise (σ = 5% in the in-tree workloads) leaves a rank of 32 samples ~1%
+/// off its predicted time, 40 times the tolerance; yet the last 0.02% was half of the batching
+/// time at 4096 ranks (the local search taking ranks down one a round to the bound).
+///
+/// ```
+/// use datahelix::plan::batching::good_enough;
+///
+/// assert_eq!(good_enough(1_000_000_000, 512), 1_000_000_000);
+/// assert_eq!(good_enough(1_000_000_000, 4096), 1_000_244_140);
+/// ```
+pub fn good_enough(lb: u64, ranks: usize) -> u64 {
+    if ranks < PAIRS_FROM_RANKS {
+        lb
+    } else {
+        lb.saturating_add(lb / BALANCE_TOLERANCE)
+    }
+}
+
 /// Most passes of [`balance_pairs`] (it stops sooner once a pass no longer lowers the largest
 /// load or the number of ranks carrying it: seven passes on obelics_interleaved at 4096 ranks).
 pub const MAX_PAIR_PASSES: u32 = 16;
@@ -359,12 +460,13 @@ pub const MAX_PAIR_PASSES: u32 = 16;
 /// Pairwise balancing: pairs the `k`-th most loaded rank with the `k`-th least loaded, and
 /// makes between each pair the one move or swap that brings their loads closest together; pass
 /// after pass, while a pass lowers the largest load or the number of ranks carrying it (at most
-/// `passes`). Ignores memory caps
+/// `passes`) and that load is above `target` (pairs whose larger load is at most `target` are
+/// left as they are: [`lower_bound`] to balance all the way). Ignores memory caps
 /// (callers skip it where a rank has one). Every pair's larger load only falls, so the largest
 /// load never rises.
 ///
 /// ```
-/// use datahelix::plan::batching::{balance_pairs, loads, lpt, Items};
+/// use datahelix::plan::batching::{balance_pairs, loads, lower_bound, lpt, Items};
 ///
 /// // LPT's classic miss: 3, 3, 2, 2, 2 over two ranks gives 7 and 5; one swap makes 6 and 6.
 /// let weight = [3, 3, 2, 2, 2];
@@ -372,24 +474,57 @@ pub const MAX_PAIR_PASSES: u32 = 16;
 /// let items = Items { weight: &weight, mem: &[0; 5], id: &ids };
 /// let mut owner = lpt(&items, 2, &[0; 2]);
 /// assert_eq!(loads(&items, &owner, 2), vec![7, 5]);
-/// balance_pairs(&items, &mut owner, 2, 8);
+/// balance_pairs(&items, &mut owner, 2, 8, lower_bound(&items, 2));
 /// assert_eq!(loads(&items, &owner, 2), vec![6, 6]);
 /// ```
-pub fn balance_pairs(items: &Items<'_>, owner: &mut [u32], ranks: usize, passes: u32) {
-    // Per rank, its items as (weight, id, item), ascending.
+pub fn balance_pairs(items: &Items<'_>, owner: &mut [u32], ranks: usize, passes: u32, target: u64) {
+    let order = heaviest_first(items);
+    let held = held_by_rank(owner, ranks, order.iter().rev());
+    pairs(items, held, owner, ranks, passes, target);
+}
+
+/// An item as [`balance_pairs`] holds it. A rank's list ascends in this order: lightest first,
+/// among equal weights the order of [`heaviest_first`] reversed (id, then item, descending).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Held {
+    weight: u64,
+    tie: Reverse<(u64, usize)>,
+}
+
+impl Held {
+    fn item(&self) -> usize {
+        self.tie.0 .1
+    }
+}
+
+/// Per rank, its items in [`Held`] order, from the items in that order (`lightest_first`).
+fn held_by_rank<'a>(
+    owner: &[u32],
+    ranks: usize,
+    lightest_first: impl Iterator<Item = &'a Ordered>,
+) -> Vec<Vec<Held>> {
     let mut count = vec![0usize; ranks];
-    for &o in owner.iter() {
+    for &o in owner {
         count[o as usize] += 1;
     }
-    let mut held: Vec<Vec<(u64, u64, usize)>> = count.iter().map(|&c| Vec::with_capacity(c + 1)).collect();
-    let mut load = vec![0u64; ranks];
-    for (i, &o) in owner.iter().enumerate() {
-        held[o as usize].push((items.weight[i], items.id[i], i));
-        load[o as usize] += items.weight[i];
+    let mut held: Vec<Vec<Held>> = count.iter().map(|&c| Vec::with_capacity(c + 1)).collect();
+    for o in lightest_first {
+        held[owner[o.item] as usize].push(Held { weight: o.weight, tie: Reverse((o.id, o.item)) });
     }
-    for h in &mut held {
-        h.sort_unstable();
-    }
+    held
+}
+
+/// [`balance_pairs`] of the items as `held` per rank.
+fn pairs(
+    items: &Items<'_>,
+    mut held: Vec<Vec<Held>>,
+    owner: &mut [u32],
+    ranks: usize,
+    passes: u32,
+    target: u64,
+) {
+    let mut load: Vec<u64> = held.iter().map(|h| h.iter().map(|x| x.weight).sum()).collect();
+    debug_assert_eq!(load.iter().sum::<u64>(), items.weight.iter().sum::<u64>());
     let mut by_load: Vec<usize> = (0..ranks).collect();
     // The largest load and how many ranks carry it (loads tie where samples have equal sizes).
     let mut largest = (u64::MAX, usize::MAX);
@@ -397,26 +532,29 @@ pub fn balance_pairs(items: &Items<'_>, owner: &mut [u32], ranks: usize, passes:
         by_load.sort_unstable_by_key(|&r| (load[r], r));
         let Some(&top) = by_load.last() else { return };
         let now = (load[top], by_load.iter().rev().take_while(|&&r| load[r] == load[top]).count());
-        if now >= largest {
-            return; // the last pass lowered the largest load, or its count, no further
+        if now >= largest || now.0 <= target {
+            return; // the last pass lowered the largest load, or its count, no further; or done
         }
         largest = now;
         for k in 0..ranks / 2 {
             let (lo, hi) = (by_load[k], by_load[ranks - 1 - k]);
+            if load[hi] <= target {
+                break; // and so are the pairs further in
+            }
             let d = load[hi] - load[lo];
             if d < 2 {
                 break; // the pairs further in are closer still (loads in order)
             }
             let Some((i, j)) = best_exchange(&held[hi], &held[lo], d) else { continue };
             let there = held[hi].remove(i);
-            load[hi] -= there.0;
-            load[lo] += there.0;
-            owner[there.2] = lo as u32;
+            load[hi] -= there.weight;
+            load[lo] += there.weight;
+            owner[there.item()] = lo as u32;
             if let Some(j) = j {
                 let back = held[lo].remove(j);
-                load[lo] -= back.0;
-                load[hi] += back.0;
-                owner[back.2] = hi as u32;
+                load[lo] -= back.weight;
+                load[hi] += back.weight;
+                owner[back.item()] = hi as u32;
                 let at = held[hi].partition_point(|x| *x < back);
                 held[hi].insert(at, back);
             }
@@ -429,12 +567,8 @@ pub fn balance_pairs(items: &Items<'_>, owner: &mut [u32], ranks: usize, passes:
 /// The move (an item of `hi`) or swap (an item of `hi` for a lighter one of `lo`) that shifts a
 /// weight `delta`, `0 < delta < d`, closest to `d / 2` from `hi` to `lo` (loads `d` apart): its
 /// index in `hi` and, for a swap, in `lo`. Ties: a move before a swap, then the first found
-/// (both lists ascending by weight, id, item).
-fn best_exchange(
-    hi: &[(u64, u64, usize)],
-    lo: &[(u64, u64, usize)],
-    d: u64,
-) -> Option<(usize, Option<usize>)> {
+/// ([`Held`] order).
+fn best_exchange(hi: &[Held], lo: &[Held], d: u64) -> Option<(usize, Option<usize>)> {
     // How far the two loads end apart: |d − 2·delta|, in integers.
     let apart = |delta: u64| d.abs_diff(2 * delta);
     let mut best: Option<(u64, usize, Option<usize>)> = None;
@@ -443,14 +577,21 @@ fn best_exchange(
             best = Some((apart(delta), i, j));
         }
     };
-    for (i, &(wi, _, _)) in hi.iter().enumerate() {
-        consider(wi, i, None);
+    for (i, h) in hi.iter().enumerate() {
+        consider(h.weight, i, None);
     }
-    // Swaps: for each wi, the two weights of lo nearest wi − d/2, when lighter than wi.
-    for (i, &(wi, _, _)) in hi.iter().enumerate() {
-        let at = lo.partition_point(|x| x.0 < wi.saturating_sub(d / 2));
+    // Swaps: for each wi, the two weights of lo nearest wi − d/2, when lighter than wi. As wi
+    // grows so does wi − d/2: where it falls in lo only moves up (a sweep, not a binary search
+    // per item: the searches were a third of the pairwise passes).
+    let mut at = 0;
+    for (i, h) in hi.iter().enumerate() {
+        let wi = h.weight;
+        let aim = wi.saturating_sub(d / 2);
+        while at < lo.len() && lo[at].weight < aim {
+            at += 1;
+        }
         for j in [at.checked_sub(1), Some(at)].into_iter().flatten() {
-            if let Some(&(wj, _, _)) = lo.get(j).filter(|x| x.0 < wi) {
+            if let Some(wj) = lo.get(j).map(|x| x.weight).filter(|&wj| wj < wi) {
                 consider(wi - wj, i, Some(j));
             }
         }
@@ -564,7 +705,7 @@ mod tests {
             let it = items(&w, &mem, &id);
             let mut owner = lpt(&it, ranks, &vec![0; ranks]);
             let before = loads(&it, &owner, ranks);
-            balance_pairs(&it, &mut owner, ranks, passes);
+            balance_pairs(&it, &mut owner, ranks, passes, lower_bound(&it, ranks));
             let after = loads(&it, &owner, ranks);
             proptest::prop_assert!(owner.iter().all(|&o| (o as usize) < ranks));
             proptest::prop_assert_eq!(after.iter().sum::<u64>(), before.iter().sum::<u64>());
@@ -593,7 +734,7 @@ mod tests {
         let mut searched = seed.clone();
         local_search(&it, &caps, &mut searched, ranks, 256);
         let mut paired = seed.clone();
-        balance_pairs(&it, &mut paired, ranks, MAX_PAIR_PASSES);
+        balance_pairs(&it, &mut paired, ranks, MAX_PAIR_PASSES, lower_bound(&it, ranks));
         local_search(&it, &caps, &mut paired, ranks, 256);
         let over = |o: &[u32]| *loads(&it, o, ranks).iter().max().unwrap() - lower_bound(&it, ranks);
         assert!(over(&searched) > 0, "the search alone reached the bound (the test needs a tail)");
@@ -603,6 +744,66 @@ mod tests {
             over(&paired),
             over(&searched)
         );
+    }
+
+    proptest::proptest! {
+        // Ids past 32 bits take the tuple sort, ids within them the packed one: the same
+        // order either way, so the same split.
+        #[test]
+        fn both_sorts_order_items_alike(
+            w in proptest::collection::vec(0u64..20, 1..50),
+            ranks in 1usize..6,
+        ) {
+            let small: Vec<u64> = (0..w.len() as u64).map(|i| (i * 7) % 11).collect();
+            let large: Vec<u64> = small.iter().map(|&id| id + (1 << 40)).collect();
+            let mem = vec![0; w.len()];
+            let caps = vec![0; ranks];
+            proptest::prop_assert_eq!(
+                lpt(&items(&w, &mem, &small), ranks, &caps),
+                lpt(&items(&w, &mem, &large), ranks, &caps)
+            );
+        }
+
+        // Below PAIRS_FROM_RANKS the planner's batching is LPT and the local search to the
+        // bound, as it always was.
+        #[test]
+        fn below_thousands_of_ranks_balanced_is_lpt_and_the_search(
+            w in proptest::collection::vec(0u64..40, 1..40),
+            ranks in 1usize..7,
+            rounds in 0u32..40,
+        ) {
+            let id: Vec<u64> = (0..w.len() as u64).map(|i| i / 3).collect();
+            let mem = vec![0; w.len()];
+            let it = items(&w, &mem, &id);
+            let caps = vec![0; ranks];
+            let mut searched = lpt(&it, ranks, &caps);
+            local_search(&it, &caps, &mut searched, ranks, rounds);
+            proptest::prop_assert_eq!(balanced(&it, ranks, &caps, rounds), searched);
+        }
+    }
+
+    #[test]
+    fn at_thousands_of_ranks_balancing_stops_within_the_tolerance() {
+        // 1024 ranks × 32 lognormal weights: LPT ends well above the tolerance, the planner's
+        // batching within it.
+        let ranks = 1024;
+        let mut rng = crate::rng::Rng(11);
+        let w: Vec<u64> = (0..ranks * 32)
+            .map(|_| (rng.lognormal(600.0, 0.7, 190.0, 5250.0).round() as u64) * 100_000)
+            .collect();
+        let id: Vec<u64> = (0..w.len() as u64).collect();
+        let mem = vec![0; w.len()];
+        let it = items(&w, &mem, &id);
+        let caps = vec![0; ranks];
+        let lb = lower_bound(&it, ranks);
+        let largest = |o: &[u32]| *loads(&it, o, ranks).iter().max().unwrap();
+        assert!(
+            largest(&lpt(&it, ranks, &caps)) > good_enough(lb, ranks),
+            "LPT alone is within the tolerance"
+        );
+        let owner = balanced(&it, ranks, &caps, 4096);
+        assert!(largest(&owner) <= good_enough(lb, ranks), "{} over the bound", largest(&owner) - lb);
+        assert_eq!(loads(&it, &owner, ranks).iter().sum::<u64>(), w.iter().sum::<u64>());
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! every rank (no coordinator). It decides, for the next `L` steps' global batches:
 //!
 //! 1. **batching** ([`batching`]): which rank trains each sample — the split that minimises the
-//!    largest predicted accelerator time under memory caps (LPT + local search);
+//!    largest predicted accelerator time under memory caps ([`batching::balanced`]: LPT, pairwise
+//!    passes from 1024 ranks, a local search);
 //! 2. **placement** ([`placement`]): which rank decodes each sample and in what order — each pool
 //!    earliest-deadline-first, samples of late batches moved to ranks with slack when their
 //!    tensor then arrives in time;
@@ -227,14 +228,7 @@ pub(crate) fn plan_as(
         let split = match options.batching {
             Batching::Strided => batching::strided(idx.len(), r),
             Batching::Lpt => batching::lpt(&items, r, &caps),
-            Batching::LptLocalSearch => {
-                let mut o = batching::lpt(&items, r, &caps);
-                if r >= batching::PAIRS_FROM_RANKS && caps.iter().all(|&c| c == 0) {
-                    batching::balance_pairs(&items, &mut o, r, batching::MAX_PAIR_PASSES);
-                }
-                batching::local_search(&items, &caps, &mut o, r, options.local_search_rounds);
-                o
-            }
+            Batching::LptLocalSearch => batching::balanced(&items, r, &caps, options.local_search_rounds),
             Batching::KarmarkarKarp => batching::karmarkar_karp(&items, r),
         };
         let mut used = vec![0u64; r];
