@@ -29,6 +29,7 @@
 pub mod batching;
 pub mod groups;
 mod input;
+pub mod packed;
 pub mod placement;
 pub mod rebalance;
 pub mod record;
@@ -39,12 +40,28 @@ pub use input::{Batching, PieceIn, PlanInput, PlanOptions, RankState, SampleIn, 
 
 use serde::Serialize;
 
-/// Seconds to integer nanoseconds (saturating; negative times allowed for deadlines).
+/// Seconds to integer nanoseconds, rounded half away from zero (saturating; negative times
+/// allowed for deadlines; NaN is 0).
+///
+/// ```
+/// use datahelix::plan::ns;
+///
+/// assert_eq!((ns(1.5e-9), ns(-2.5e-9), ns(0.25)), (2, -3, 250_000_000));
+/// assert_eq!((ns(f64::INFINITY), ns(f64::NAN)), (i64::MAX, 0));
+/// ```
 pub fn ns(seconds: f64) -> i64 {
-    if seconds.is_nan() {
+    let x = seconds * 1e9;
+    if x.abs() < (1u64 << 52) as f64 {
+        // `f64::round` without its library call (a tenth of a plan's own time at 127k samples):
+        // below 2⁵² the truncation and the remainder are exact.
+        let t = x as i64;
+        let rest = x - t as f64;
+        return t + (rest >= 0.5) as i64 - (rest <= -0.5) as i64;
+    }
+    if x.is_nan() {
         return 0;
     }
-    (seconds * 1e9).round().clamp(i64::MIN as f64, i64::MAX as f64) as i64
+    x.round().clamp(i64::MIN as f64, i64::MAX as f64) as i64
 }
 
 fn secs(ns: i64) -> f64 {
@@ -214,17 +231,31 @@ pub(crate) fn plan_as(
     let ids: Vec<u64> = input.samples.iter().map(|s| s.id).collect();
     let caps: Vec<u64> = input.ranks.iter().map(|s| s.mem_cap).collect();
     let c0 = ns(input.accel.c0.max(0.0)) as u64;
+    // Each sample's step, read once (a sample is 40 bytes: at 127k samples, reading its step
+    // where it is used was a pass over 5 MB each time).
+    let step_of: Vec<u32> = input.samples.iter().map(|s| s.step).collect();
+    // Where a sample's (owner, step) sits in per-rank, per-step tables.
+    let at = |owner: u32, i: usize| owner as usize * steps + step_of[i] as usize;
 
     // 1. Batching, one step at a time.
     let mut owner = vec![0u32; n];
     let mut cap_violations = 0u32;
     let mut first_lb = 0u64;
     for k in 0..steps {
-        let idx: Vec<usize> = (0..n).filter(|&i| input.samples[i].step as usize == k).collect();
-        let w: Vec<u64> = idx.iter().map(|&i| weight[i]).collect();
-        let m: Vec<u64> = idx.iter().map(|&i| mem[i]).collect();
-        let id: Vec<u64> = idx.iter().map(|&i| ids[i]).collect();
-        let items = batching::Items { weight: &w, mem: &m, id: &id };
+        // One step (the step engine plans one at a time): its samples are all of them.
+        let idx: Vec<usize> = if steps == 1 {
+            (0..n).collect()
+        } else {
+            (0..n).filter(|&i| step_of[i] as usize == k).collect()
+        };
+        let of_step = |all: &[u64]| -> Vec<u64> { idx.iter().map(|&i| all[i]).collect() };
+        let copied;
+        let items = if steps == 1 {
+            batching::Items { weight: &weight, mem: &mem, id: &ids }
+        } else {
+            copied = [of_step(&weight), of_step(&mem), of_step(&ids)];
+            batching::Items { weight: &copied[0], mem: &copied[1], id: &copied[2] }
+        };
         let split = match options.batching {
             Batching::Strided => batching::strided(idx.len(), r),
             Batching::Lpt => batching::lpt(&items, r, &caps),
@@ -246,7 +277,7 @@ pub(crate) fn plan_as(
     //    rank finishes the step before (synchronous training).
     let mut accel = vec![0i64; r * steps];
     for i in 0..n {
-        accel[owner[i] as usize * steps + input.samples[i].step as usize] += weight[i] as i64;
+        accel[at(owner[i], i)] += weight[i] as i64;
     }
     //    Tensors decoded elsewhere travel at the exchange before a deadline: the first step's
     //    is the input's `exchange_s`, a later step's the deadline of the step before it.
@@ -292,7 +323,7 @@ pub(crate) fn plan_as(
     let jobs_table = groups::Jobs {
         input,
         steps,
-        step: jobs.iter().map(|j| input.samples[j.sample as usize].step).collect(),
+        step: jobs.iter().map(|j| step_of[j.sample as usize]).collect(),
         owner: jobs.iter().map(|j| owner[j.sample as usize]).collect(),
         accel_ns: (0..jobs.len()).map(|j| if j < n { weight[j] as i64 } else { 0 }).collect(),
         decode_ns: job_decode,
@@ -325,13 +356,13 @@ pub(crate) fn plan_as(
     // Owner swaps keep every rank within the step's largest load; recompute the loads they moved.
     let mut accel = vec![0i64; r * steps];
     for i in 0..n {
-        accel[owner[i] as usize * steps + input.samples[i].step as usize] += weight[i] as i64;
+        accel[at(owner[i], i)] += weight[i] as i64;
     }
     let first_max = (0..r).map(|q| accel[q * steps] as u64).max().unwrap_or(0);
 
     let mut counts = vec![(0u32, 0u64); r * steps];
     for i in 0..n {
-        let c = &mut counts[owner[i] as usize * steps + input.samples[i].step as usize];
+        let c = &mut counts[at(owner[i], i)];
         c.0 += 1;
         c.1 += mem[i];
     }
@@ -399,6 +430,17 @@ pub(crate) fn plan_as(
 
 #[cfg(test)]
 mod tests {
+    proptest::proptest! {
+        // Half away from zero, saturating, as `f64::round` then a clamp: at every magnitude,
+        // at the halves, and past 2⁵² where every float is whole.
+        #[test]
+        fn ns_rounds_as_f64_round(mantissa in -1.0f64..1.0, exponent in -12i32..12, half in proptest::bool::ANY) {
+            let seconds = if half { (mantissa * 1e6).trunc() / 1e9 + 0.5e-9 } else { mantissa * 10f64.powi(exponent) };
+            let reference = |s: f64| (s * 1e9).round().clamp(i64::MIN as f64, i64::MAX as f64) as i64;
+            proptest::prop_assert_eq!(super::ns(seconds), reference(seconds));
+        }
+    }
+
     use super::*;
     use crate::cost::accel::AccelModel;
 
