@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # DataHelix's main job on an embedded default workload:
-#   1. generate the heavy-tailed `skewed` video dataset (cached under data/skewed),
+#   1. generate the heavy-tailed `skewed_camera` video dataset (cached under data/skewed_camera):
+#      `skewed`'s mix with twice the noisy 720p clips that stand for camera originals, 3-8 s long,
 #   2. index it (container headers only, in parallel),
 #   3. run every input policy on it under `mpirun -np 4` — same global batches, same emulated
 #      accelerator, same per-rank CPU budget — and print the comparison table and the plots.
 #
 #   scripts/demo.sh                      # defaults below
 #   RANKS=2 STEPS=10 scripts/demo.sh     # smaller
+#   SPEC=scripts/specs/skewed.json BATCH=8 PROFILE=1.0,5e-4,5e-8,0.05 scripts/demo.sh
+#                                        # the demo before 2026-12-04 (helix ~1.34x rank-local)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 
-SPEC=${SPEC:-scripts/specs/skewed.json}
+SPEC=${SPEC:-scripts/specs/skewed_camera.json}
 DATA=${DATA:-data/$(basename "$SPEC" .json)}
 RANKS=${RANKS:-4}
 WORKERS=${WORKERS:-4}
-BATCH=${BATCH:-8}
+BATCH=${BATCH:-16}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
-PROFILE=${PROFILE:-1.0,5e-4,5e-8,0.05}
+PROFILE=${PROFILE:-2.0,5e-4,5e-8,0.05}
 OUT=${OUT:-target/demo}
 
 echo "== building (release)" >&2
