@@ -21,7 +21,7 @@ WORKERS=${WORKERS:-4}
 BATCH=${BATCH:-16}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
-PROFILE=${PROFILE:-2.0,5e-4,5e-8,0.05}
+PROFILE=${PROFILE:-2.6,6.5e-4,6.5e-8,0.05}
 OUT=${OUT:-target/demo}
 
 echo "== building (release)" >&2
