@@ -204,6 +204,17 @@ fn samples_decoded_in_pieces_on_several_ranks_are_the_bytes_of_whole_decodes() {
     let names: Vec<&str> =
         t["traceEvents"].as_array().unwrap().iter().filter_map(|e| e["name"].as_str()).collect();
     assert!(names.iter().any(|n| n.starts_with("decode ") && n.contains(" frames ")), "no piece was decoded");
+    // Each decode names the planner's prediction beside its measured span.
+    let predicted: Vec<Option<f64>> = names
+        .iter()
+        .filter(|n| n.starts_with("decode "))
+        .map(|n| n.split_once("predicted ").and_then(|(_, s)| s.trim_end_matches(" s)").parse().ok()))
+        .collect();
+    assert!(
+        predicted.iter().all(|p| p.is_some_and(|s: f64| s.is_finite() && s >= 0.0))
+            && predicted.iter().any(|p| p.is_some_and(|s| s > 0.0)),
+        "decode spans without the planner's predicted seconds: {names:?}"
+    );
     assert!(pieces["summary"]["bytes_moved"].as_u64().unwrap() > 0, "no piece moved between ranks");
 
     // With accelerator steps long enough for the pieces to be decoded and shipped while they

@@ -502,7 +502,8 @@ pub struct Loader<'w> {
     plan_dump: Option<PathBuf>,
     /// Decode jobs in the pool, by their priority key: what each decodes, and its frames when a
     /// piece.
-    in_pool: HashMap<u64, (PartKey, Option<FrameRange>)>,
+    /// Per submitted decode (by its pool priority): its part, frames and predicted seconds.
+    in_pool: HashMap<u64, (PartKey, Option<FrameRange>, f64)>,
     /// Decoded parts (own or received) and samples put together, by what the engine calls them.
     parts: HashMap<PartKey, Part>,
     samples: HashMap<(u64, u32), Sample>,
@@ -881,7 +882,7 @@ impl<'w> Loader<'w> {
             let rel = self.index.path(r.pos)?;
             let path = self.index.dir().join(rel);
             let beneath = Some((self.root.clone(), rel.to_string()));
-            self.in_pool.insert(r.priority, (r.key, r.frames));
+            self.in_pool.insert(r.priority, (r.key, r.frames, r.predicted_s));
             self.pool.submit(Job {
                 id: r.id,
                 path,

@@ -12,7 +12,7 @@ use crate::step::{ExchangeOrder, Finished, Message, PartKey, Payload, SampleSpec
 impl Loader<'_> {
     /// Files one finished decode: its bytes kept under its part key, the engine told.
     pub(super) fn file(&mut self, outcome: Outcome) {
-        let Some((key, frames)) = self.in_pool.remove(&outcome.deadline) else {
+        let Some((key, frames, predicted_s)) = self.in_pool.remove(&outcome.deadline) else {
             return; // not submitted by this loader (cannot happen: every job came from a plan)
         };
         let (ok, shape) = match outcome.result {
@@ -37,9 +37,13 @@ impl Loader<'_> {
         };
         let end = outcome.finished.saturating_duration_since(self.started).as_secs_f64();
         let lane = 1 + ((outcome.deadline & 0xffff_ffff) as u32 % self.workers_here.max(1));
+        // The planner's prediction beside the measured span: where a plan went wrong, at a glance.
         let what = match frames {
-            Some(r) => format!("decode {} frames {}..{} (step {})", outcome.id, r.start, r.end, key.step),
-            None => format!("decode {} (step {})", outcome.id, key.step),
+            Some(r) => format!(
+                "decode {} frames {}..{} (step {}, predicted {predicted_s:.3} s)",
+                outcome.id, r.start, r.end, key.step
+            ),
+            None => format!("decode {} (step {}, predicted {predicted_s:.3} s)", outcome.id, key.step),
         };
         self.span(lane, "decode", what, end - outcome.seconds, end);
         let finished = Finished { key, ok, shape, seconds: outcome.seconds, cpu_s: outcome.cpu_seconds };
