@@ -500,9 +500,8 @@ pub struct Loader<'w> {
     workers_here: u32,
     /// Where rank 0 writes every planner input (`DATAHELIX_PLAN_DUMP`).
     plan_dump: Option<PathBuf>,
-    /// Decode jobs in the pool, by their priority key: what each decodes, and its frames when a
-    /// piece.
-    /// Per submitted decode (by its pool priority): its part, frames and predicted seconds.
+    /// Decode jobs in the pool, by their priority key: what each decodes, its frames when a
+    /// piece, and its predicted seconds (named in its trace span).
     in_pool: HashMap<u64, (PartKey, Option<FrameRange>, f64)>,
     /// Decoded parts (own or received) and samples put together, by what the engine calls them.
     parts: HashMap<PartKey, Part>,
