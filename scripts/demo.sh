@@ -8,8 +8,15 @@
 #
 #   scripts/demo.sh                      # defaults below
 #   RANKS=2 STEPS=10 scripts/demo.sh     # smaller
+#   PROFILE=2.6,6.5e-4,6.5e-8,0.05 scripts/demo.sh
+#                                        # the demo of 2026-12-04's day (a fixed 2.6-s step)
 #   SPEC=scripts/specs/skewed.json BATCH=8 PROFILE=1.0,5e-4,5e-8,0.05 scripts/demo.sh
 #                                        # the demo before 2026-12-04 (helix ~1.34x rank-local)
+#
+# The emulated accelerator (PROTOCOL.md) takes c0 + Σ (a·tokens + b·tokens²) seconds a step:
+# the default profile is a video transformer's, its step dominated by attention over each
+# sample's tokens (157-2205 here, quadratic above ~370), so a rank's step follows the tokens it
+# trains, not only their number.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -21,7 +28,7 @@ WORKERS=${WORKERS:-4}
 BATCH=${BATCH:-16}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
-PROFILE=${PROFILE:-2.6,6.5e-4,6.5e-8,0.05}
+PROFILE=${PROFILE:-0.1,4.6e-4,1.25e-6,0.05}
 OUT=${OUT:-target/demo}
 
 echo "== building (release)" >&2
