@@ -9,7 +9,7 @@
 #   scripts/demo.sh                      # defaults below
 #   RANKS=2 STEPS=10 scripts/demo.sh     # smaller
 #   PROFILE=2.6,6.5e-4,6.5e-8,0.05 scripts/demo.sh
-#                                        # the demo of 2026-12-04's day (a fixed 2.6-s step)
+#                                        # the default until fe116ac (a fixed 2.6-s step)
 #   SPEC=scripts/specs/skewed.json BATCH=8 PROFILE=1.0,5e-4,5e-8,0.05 scripts/demo.sh
 #                                        # the demo before 2026-12-04 (helix ~1.34x rank-local)
 #
