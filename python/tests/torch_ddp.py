@@ -86,6 +86,9 @@ def main():
     gathered = [torch.empty_like(flat) for _ in range(size)]
     dist.all_gather(gathered, flat)
     assert all(torch.equal(g, flat) for g in gathered), "replicas differ after DDP training"
+    # DDP's reducer holds the process group: drop it first, so that gloo's threads end while
+    # Python still runs (one run in three aborted at exit otherwise, in gloo's thread).
+    del data, opt, model
     dist.destroy_process_group()
     with open(os.path.join(args.out, f"rank-{rank}.json"), "w") as f:
         json.dump({"rank": rank, "steps": steps, "metrics": metrics, "losses": losses}, f)
