@@ -163,3 +163,22 @@ fn split_quality_reads_a_workloads_records() {
     assert!(own >= lower - 1e-3, "{text}");
     assert!(oracle <= realised + 1e-3, "{text}");
 }
+
+/// Helix's gate decides from the plan's sizes, so the samples it moves cross while the step
+/// before trains (`Ship`), off the input-wait path: in the simulator decoding runs ahead, so
+/// every move of a workload that rebalances happens there.
+#[test]
+fn the_rebalance_moves_samples_ahead_of_their_step() {
+    let out = sim(&["--workload", "scripts/workloads/panda70m.toml", "--policy", "helix", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let helix = &v["policies"]["helix"];
+    let (runs, ahead, late) = (
+        helix["rebalances_run"].as_u64().unwrap(),
+        helix["moved_ahead"].as_u64().unwrap(),
+        helix["moved_at_collection"].as_u64().unwrap(),
+    );
+    assert!(runs > 0, "panda70m rebalances under helix: {helix}");
+    assert!(ahead >= runs, "every rebalance moves a sample: {runs} run, {ahead} moved ahead");
+    assert_eq!(late, 0, "no move waited for its step's collection: {helix}");
+}

@@ -146,6 +146,8 @@ fn result(name: &str, regime: &str, helix: f64, rank_local: f64, miss: (f64, f64
         rebalances_run: 0,
         rebalances_skipped: 0,
         bytes_moved: 0,
+        moved_ahead: 0,
+        moved_at_collection: 0,
         step_s: 1.0,
         plan_s_per_step: 0.0,
         plan_max_s: 0.0,

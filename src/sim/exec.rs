@@ -207,6 +207,10 @@ pub struct SimRun {
     pub sim_wall_s: f64,
     /// Warm-up steps (not in the summary).
     pub warmup: u64,
+    /// Samples the rebalance moved while the step before trained (every rank's, every step).
+    pub moved_ahead: u64,
+    /// Samples the rebalance moved while their step was collected.
+    pub moved_at_collection: u64,
     /// Every planner input by step, when [`SimConfig::keep_plan_inputs`] asked for them.
     #[serde(skip)]
     pub plan_inputs: Vec<(u64, crate::plan::PlanInput)>,
@@ -572,6 +576,8 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         plan_max_s,
         sim_wall_s: wall.elapsed().as_secs_f64(),
         warmup: cfg.warmup,
+        moved_ahead: cluster.ranks.iter().map(|r| r.engine.counters().moved_ahead).sum(),
+        moved_at_collection: cluster.ranks.iter().map(|r| r.engine.counters().moved_at_collection).sum(),
         plan_inputs: cluster.agreed.take_inputs(),
     })
 }

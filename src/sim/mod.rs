@@ -220,6 +220,11 @@ pub struct PolicyResult {
     pub rebalances_skipped: u64,
     /// Bytes moved between ranks (measured steps).
     pub bytes_moved: u64,
+    /// Samples the rebalance moved while the step before trained, off the input-wait path
+    /// (every step, warm-up included).
+    pub moved_ahead: u64,
+    /// Samples the rebalance moved while their step was collected, on the input-wait path.
+    pub moved_at_collection: u64,
     /// Mean simulated step seconds (measured steps).
     pub step_s: f64,
     /// Mean wall seconds per plan on this machine.
@@ -248,6 +253,8 @@ impl PolicyResult {
             rebalances_run: s.rebalances_run,
             rebalances_skipped: s.rebalances_skipped,
             bytes_moved: s.bytes_moved,
+            moved_ahead: run.moved_ahead,
+            moved_at_collection: run.moved_at_collection,
             step_s: if s.steps > 0 { s.wall_s / s.steps as f64 } else { 0.0 },
             plan_s_per_step: run.plan_wall_s / run.plans.max(1) as f64,
             plan_max_s: run.plan_max_s,

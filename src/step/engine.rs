@@ -25,6 +25,11 @@ pub struct Counters {
     pub bytes_in: u64,
     /// Plans whose predicted misses were non-zero.
     pub predicted_misses: u64,
+    /// Samples this rank sent in a rebalance while the step before trained (off the
+    /// input-wait path).
+    pub moved_ahead: u64,
+    /// Samples this rank sent in a rebalance while its step was collected (on it).
+    pub moved_at_collection: u64,
 }
 
 /// A sample put together on this rank (its bytes are the driver's).
@@ -65,8 +70,15 @@ enum Stage {
     AssembleAhead { step: u64 },
     /// The policy's after-decode step.
     AfterDecode { step: u64 },
-    /// Moves whole samples as decided.
+    /// Moves whole samples as decided (those not moved ahead already).
     MoveSamples { step: u64, decision: Arc<AfterDecode> },
+    /// Ahead of the step (shipping): decides the cost-gated rebalance of `step` — from the
+    /// plan's predictions, so nothing waits for it — and puts together the samples it moves
+    /// away from this rank whose parts are all in hand.
+    AssembleMoving { step: u64 },
+    /// Ahead of the step: moves the samples put together for the move, off the input-wait path
+    /// (every pair of the decision meets; what is not ready moves at collection).
+    MoveAhead { step: u64, decision: Arc<AfterDecode> },
     /// Hands the batch over.
     Deliver { step: u64 },
 }
@@ -101,6 +113,8 @@ pub struct Engine {
     held: BTreeMap<(u64, u32), Held>,
     /// Slots `(step, slot)` this rank trains that are put together or skipped already.
     settled: HashSet<(u64, u32)>,
+    /// Slots `(step, slot)` a rebalance moved already (sent from or received by this rank).
+    moved: HashSet<(u64, u32)>,
     skipped: HashMap<u64, Vec<u64>>,
     bytes_in: HashMap<u64, u64>,
     cpu_by_step: HashMap<u64, f64>,
@@ -150,6 +164,7 @@ impl Engine {
             got: HashSet::new(),
             held: BTreeMap::new(),
             settled: HashSet::new(),
+            moved: HashSet::new(),
             skipped: HashMap::new(),
             bytes_in: HashMap::new(),
             cpu_by_step: HashMap::new(),
@@ -310,6 +325,7 @@ impl Engine {
                 self.stages.push_back(Stage::AwaitOwed { step: t, step_end_s });
                 self.stages.push_back(Stage::Exchange { step: t, label: "ship late", all: false });
                 self.stages.push_back(Stage::AssembleAhead { step: t });
+                self.stages.push_back(Stage::AssembleMoving { step: t });
             }
         }
         Ok(())
@@ -578,7 +594,36 @@ impl Engine {
                     Ok(Some(Action::Gather(mine)))
                 }
             },
-            Stage::MoveSamples { step, decision } => Ok(Some(self.move_samples(agreed, step, &decision))),
+            Stage::MoveSamples { step, decision } => {
+                Ok(Some(self.move_samples(agreed, step, &decision, false)))
+            }
+            Stage::AssembleMoving { step } => {
+                // Decided here, while the step before trains: every rank ships at the same point
+                // of its calls, so all decide on the same model. Without a plan yet, collection
+                // decides.
+                if cfg.policy.after_decode() != policy::AfterDecode::Gated {
+                    return Ok(None);
+                }
+                let Some(p) = agreed.plan_of(step).cloned() else { return Ok(None) };
+                let decision = agreed.gate(step);
+                if decision.moves.is_empty() {
+                    return Ok(None);
+                }
+                let me = self.rank;
+                let leaving: Vec<u32> = decision
+                    .moves
+                    .iter()
+                    .map(|&(i, _)| decision.decoded[i])
+                    .filter(|d| d.owner as usize == me && !self.settled.contains(&(step, d.id as u32)))
+                    .map(|d| d.id as u32)
+                    .collect();
+                self.stages.push_front(Stage::MoveAhead { step, decision });
+                let mut skipped = Vec::new();
+                let action = self.assemble(agreed, &p, &leaving, false, &mut skipped);
+                self.skipped.entry(step).or_default().extend(skipped);
+                Ok(action)
+            }
+            Stage::MoveAhead { step, decision } => Ok(Some(self.move_samples(agreed, step, &decision, true))),
             Stage::Deliver { step } => Ok(Some(self.deliver(agreed, step))),
         }
     }
@@ -728,8 +773,9 @@ impl Engine {
     }
 
     /// The exchange of whole samples an after-decode decision moves (`Decoded::id` holds the
-    /// sample's batch slot).
-    fn move_samples(&mut self, agreed: &Agreed, step: u64, decision: &AfterDecode) -> Action {
+    /// sample's batch slot) and that have not moved yet. `ahead`: before the step is collected,
+    /// so a sample not put together yet stays (its pair still meets; both sides know what came).
+    fn move_samples(&mut self, agreed: &Agreed, step: u64, decision: &AfterDecode, ahead: bool) -> Action {
         let me = self.rank;
         let (mut send, mut expect) = (Vec::new(), Vec::new());
         let mut outgoing = Vec::new();
@@ -737,6 +783,9 @@ impl Engine {
         for &(i, to) in &decision.moves {
             let d = decision.decoded[i];
             let (from, to, k) = (d.owner as usize, to as usize, d.id as u32);
+            if self.moved.contains(&(step, k)) {
+                continue;
+            }
             if to == me && from != me {
                 expect.push(from);
                 expected.insert((from, k));
@@ -745,6 +794,15 @@ impl Engine {
                 continue;
             }
             send.push(to);
+            if ahead && !self.settled.contains(&(step, k)) {
+                continue;
+            }
+            self.moved.insert((step, k));
+            if ahead {
+                self.counters.moved_ahead += 1;
+            } else {
+                self.counters.moved_at_collection += 1;
+            }
             let key = PartKey { step, slot: k, part: 0 };
             // A sample that failed here (and was reported here) still sends its header.
             let message = match self.held.remove(&(step, k)) {
@@ -756,7 +814,7 @@ impl Engine {
         }
         self.waiting = Some(Waiting::Samples { step, expected });
         Action::Exchange(ExchangeOrder {
-            label: "rebalance",
+            label: if ahead { "rebalance ahead" } else { "rebalance" },
             step,
             payload: Payload::Samples,
             send: ranks_of(send),
@@ -798,6 +856,7 @@ impl Engine {
         self.got.retain(|k| k.step > step);
         self.received.retain(|k, _| k.step > step);
         self.settled.retain(|k| k.0 > step);
+        self.moved.retain(|k| k.0 > step);
         self.done.retain(|k, _| k.step > step);
         self.next_step = step + 1;
         self.prepared = self.prepared.filter(|&t| t > step);
@@ -878,6 +937,7 @@ impl Engine {
                         }
                     }
                     *self.bytes_in.entry(step).or_default() += bytes;
+                    self.moved.insert((step, m.key.slot));
                     if m.ok {
                         self.held
                             .insert((step, m.key.slot), Held { id: m.id, shape: m.shape, tokens: m.tokens });
