@@ -673,7 +673,7 @@ impl Engine {
                 let id = p.slots[key.slot as usize].id;
                 let bytes = f.shape.iter().product::<usize>();
                 let message = Message { key, id, ok: f.ok, shape: f.shape, tokens: 0 };
-                outgoing.push((to, message, f.ok && agreed.compress(bytes, me, to as usize)));
+                outgoing.push((to, message, f.ok && agreed.compress(bytes, me, to)));
                 self.done.remove(&key);
                 self.sent.insert(key);
             }
@@ -810,7 +810,7 @@ impl Engine {
                 None => Message { key, id: 0, ok: false, shape: [0; 4], tokens: 0 },
             };
             let bytes = message.shape.iter().product::<usize>();
-            outgoing.push((to, message, message.ok && agreed.compress(bytes, self.rank, to as usize)));
+            outgoing.push((to, message, message.ok && agreed.compress(bytes, self.rank, to)));
         }
         self.waiting = Some(Waiting::Samples { step, expected });
         Action::Exchange(ExchangeOrder {
