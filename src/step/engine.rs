@@ -1062,6 +1062,53 @@ mod tests {
         assert!(e.poll(&mut a, &Empty, Some(Event::Agreed(true))).is_err(), "wrong answer kind");
     }
 
+    /// A rebalance split between `ship_ahead` and collection: a sample not put together at
+    /// ship time stays for collection (its pair still meets), what came ahead is not expected
+    /// again, and a peer that sends it twice is refused with the rank, slot and step named.
+    #[test]
+    fn a_rebalance_moves_ahead_what_is_ready_and_refuses_a_sample_twice() {
+        let a = agreed(2);
+        let step = 5;
+        let decoded = vec![
+            Decoded { id: 3, owner: 1, tokens: 900, bytes: 12 },
+            Decoded { id: 4, owner: 0, tokens: 900, bytes: 12 },
+        ];
+        // Slot 3 moves from rank 1 to rank 0, slot 4 from rank 0 to rank 1.
+        let decision = AfterDecode { decoded, moves: vec![(0, 0), (1, 1)] };
+        let sample = |slot| Message {
+            key: PartKey { step, slot, part: 0 },
+            id: 40 + slot as u64,
+            ok: true,
+            shape: [1, 2, 2, 3],
+            tokens: 9,
+        };
+        let order = |action: Action| match action {
+            Action::Exchange(o) => o,
+            other => panic!("an exchange, not {other:?}"),
+        };
+
+        // Rank 0 at ship time: slot 4 is not put together yet, so it stays; both pairs meet.
+        let mut e = Engine::new(0, 2, 1, 0);
+        let o = order(e.move_samples(&a, step, &decision, true));
+        assert_eq!((o.label, o.send.clone(), o.expect.clone()), ("rebalance ahead", vec![1], vec![1]));
+        assert!(o.outgoing.is_empty(), "slot 4 is not put together: {o:?}");
+        let came = Event::Exchanged(vec![(1, sample(3), 48)]);
+        assert!(matches!(e.poll(&mut agreed(2), &Empty, Some(came)), Ok(Action::Done)));
+        assert!(e.held.contains_key(&(step, 3)), "the sample that came ahead is held for the step");
+
+        // At collection slot 4 is put together: it moves now, and slot 3 is not expected again.
+        e.settled.insert((step, 4));
+        e.held.insert((step, 4), Held { id: 44, shape: [1, 2, 2, 3], tokens: 9 });
+        let o = order(e.move_samples(&a, step, &decision, false));
+        assert_eq!((o.send.clone(), o.expect.clone()), (vec![1], vec![]));
+        assert_eq!(o.outgoing.len(), 1);
+        assert_eq!(o.outgoing[0].1.key.slot, 4);
+        assert_eq!(e.counters().moved_at_collection, 1);
+        let again = Event::Exchanged(vec![(1, sample(3), 48)]);
+        let err = e.poll(&mut agreed(2), &Empty, Some(again)).unwrap_err().to_string();
+        assert!(err.contains("rank 0") && err.contains("slot 3") && err.contains("rank 1"), "{err}");
+    }
+
     #[test]
     fn the_same_calls_issue_the_same_schedule() {
         let run = || {
