@@ -14,8 +14,10 @@
 //!
 //! Fixed size keeps the all-gather a single cheap collective of known length. What does not fit
 //! is flagged: more than [`MAX_SKIPS`] failed samples set `skips_overflow` (the executor then
-//! all-gathers the full list with `all_gather_v`); more than [`MAX_OBSERVATIONS`] decode timings
-//! keep the first ones (the cost model only needs a steady trickle).
+//! all-gathers the full list with `all_gather_v`); of more than [`MAX_OBSERVATIONS`] decode
+//! timings it keeps a uniform sample ([`StepRecord::sample_observation`]: the first ones are the
+//! longest jobs of an earliest-deadline-first pool, and a model fitted on them overpredicts the
+//! rest).
 
 use super::RankState;
 
@@ -120,6 +122,32 @@ impl StepRecord {
     pub fn push_observation(&mut self, o: DecodeObservation) {
         if self.observations.len() < MAX_OBSERVATIONS {
             self.observations.push(o);
+        }
+    }
+
+    /// Offers the `seen`-th decode timing (from 0) since the record was made, keeping a uniform
+    /// sample of all those offered (reservoir sampling, its draws a hash of `seen`: the same
+    /// timings in the same order keep the same sample).
+    ///
+    /// ```
+    /// use datahelix::plan::record::{DecodeObservation, StepRecord, MAX_OBSERVATIONS};
+    ///
+    /// let mut r = StepRecord::default();
+    /// for k in 0..1000u64 {
+    ///     let o = DecodeObservation { codec: 1, mpixels: 1.0, mbits: 1.0, discarded: 0.0, seconds: k as f64 };
+    ///     r.sample_observation(o, k);
+    /// }
+    /// assert_eq!(r.observations.len(), MAX_OBSERVATIONS);
+    /// assert!(r.observations.iter().any(|o| o.seconds >= 500.0)); // not only the first ones
+    /// ```
+    pub fn sample_observation(&mut self, o: DecodeObservation, seen: u64) {
+        if self.observations.len() < MAX_OBSERVATIONS {
+            self.observations.push(o);
+            return;
+        }
+        let j = crate::sampler::splitmix64(seen) % (seen + 1);
+        if let Some(slot) = self.observations.get_mut(j as usize) {
+            *slot = o;
         }
     }
 

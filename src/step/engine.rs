@@ -118,6 +118,8 @@ pub struct Engine {
     skipped: HashMap<u64, Vec<u64>>,
     bytes_in: HashMap<u64, u64>,
     cpu_by_step: HashMap<u64, f64>,
+    /// Decode timings offered to the record since it was made (it keeps a sample of them).
+    observed: u64,
     /// Steps whose jobs this rank submitted.
     submitted: HashSet<u64>,
     next_step: u64,
@@ -168,6 +170,7 @@ impl Engine {
             skipped: HashMap::new(),
             bytes_in: HashMap::new(),
             cpu_by_step: HashMap::new(),
+            observed: 0,
             submitted: HashSet::new(),
             next_step: 0,
             prepared: None,
@@ -267,13 +270,15 @@ impl Engine {
                 match (f.ok, slot.desc) {
                     (true, Some(d)) => {
                         let feat = Features::predict_range(&d, &agreed.config().params, p.ranges[j]);
-                        self.record.push_observation(DecodeObservation {
+                        let o = DecodeObservation {
                             codec: d.codec.to_byte(),
                             mpixels: feat.mpixels,
                             mbits: feat.mbits,
                             discarded: feat.discarded,
                             seconds: f.seconds,
-                        });
+                        };
+                        self.record.sample_observation(o, self.observed);
+                        self.observed += 1;
                     }
                     (false, _) => {
                         self.record.push_skip(slot.id);
@@ -875,6 +880,7 @@ impl Engine {
                     agreed.absorb(self.rounds, current, &records);
                 }
                 self.rounds += 1;
+                self.observed = 0;
                 self.record = StepRecord {
                     rank: me as u32,
                     workers: self.workers,
