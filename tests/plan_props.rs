@@ -51,6 +51,7 @@ fn arb_input() -> impl Strategy<Value = PlanInput> {
                     options: PlanOptions { batching, ..PlanOptions::default() },
                     pieces: Vec::new(),
                     exchange_s: (seed % 3) as f64 * 0.02,
+                    decode_pace_s: 0.0,
                 }
             })
         },

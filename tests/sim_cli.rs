@@ -182,3 +182,30 @@ fn the_rebalance_moves_samples_ahead_of_their_step() {
     assert!(ahead >= runs, "every rebalance moves a sample: {runs} run, {ahead} moved ahead");
     assert_eq!(late, 0, "no move waited for its step's collection: {helix}");
 }
+
+#[test]
+fn a_decode_bound_step_waits_at_the_sync_not_at_the_input() {
+    // mmc4 with a CPU budget a quarter short of the decode work: the CPUs set the step's length.
+    // Balanced to the last token, every rank would wait for its next batch every step (80% of
+    // rank-steps before helix stretched such steps past the CPUs' pace); rank-local's unbalanced
+    // steps give most ranks' CPUs time. Helix must miss less than a third as often, and still
+    // train faster than rank-local.
+    let out = sim(&[
+        "--workload",
+        "scripts/workloads/mmc4_interleaved.toml",
+        "--cpu-per-accel",
+        "1.25",
+        "--policy",
+        "all",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (helix, local) = (&v["policies"]["helix"], &v["policies"]["rank-local"]);
+    let f = |p: &serde_json::Value, k: &str| p[k].as_f64().unwrap();
+    assert!(f(local, "miss_rate") >= 0.05, "rank-local should miss here: {local}");
+    for k in ["miss_rate", "miss_rate_10ms"] {
+        assert!(f(helix, k) <= f(local, k) / 3.0, "{k}: helix {helix} against rank-local {local}");
+    }
+    assert!(f(helix, "throughput") > f(local, "throughput"), "helix {helix} against rank-local {local}");
+}

@@ -55,6 +55,63 @@ pub fn lower_bound(items: &Items<'_>, ranks: usize) -> u64 {
     total.div_ceil(ranks.max(1) as u64).max(largest)
 }
 
+/// Relaxes a decode-bound step's balance. When the CPUs' pace (a step's decode work spread
+/// over every worker) outlasts the most loaded rank's accelerator time, the CPUs, not the
+/// accelerators, set the step's length, and a rank whose accelerator finishes sooner only
+/// waits the longer for its next batch. So the most loaded rank takes samples from the others
+/// (the heaviest that fit, from ranks keeping at least one) until its load reaches `target`
+/// (the pace less the accelerator's constant) and half as far again past it as `target` lies
+/// past the balanced load (the pace is a mean: a step stretched to it alone leaves the CPUs
+/// late about every other step). The step is then no longer than the CPUs make it, every
+/// rank's CPUs get that whole step to prepare the next batch, and the wait moves from the
+/// input to the gradient sync, where the ranks that finish sooner spend it anyway. Memory caps
+/// are kept; `used` (bytes per rank) is updated. Returns the load it aimed at (0: the step was
+/// not decode-bound, or has one rank).
+///
+/// ```
+/// use datahelix::plan::batching::{loads, stretch, Items};
+///
+/// // Two ranks balanced at 4 + 3 of accelerator work, the CPUs' pace 6: rank 0 stretches to
+/// // 6 + (6 - 4) / 2 = 7, taking rank 1's heaviest sample that fits; rank 1 keeps one.
+/// let (weight, id) = ([2, 2, 2, 1], [0, 1, 2, 3]);
+/// let items = Items { weight: &weight, mem: &[0; 4], id: &id };
+/// let mut owner = vec![0, 0, 1, 1];
+/// assert_eq!(stretch(&items, &mut owner, 6, &[0; 2], &mut [0; 2]), 7);
+/// assert_eq!(loads(&items, &owner, 2), vec![6, 1]);
+/// // A step whose balanced load already reaches the pace is left as it is.
+/// assert_eq!(stretch(&items, &mut owner, 5, &[0; 2], &mut [0; 2]), 0);
+/// ```
+pub fn stretch(items: &Items<'_>, owner: &mut [u32], target: u64, cap: &[u64], used: &mut [u64]) -> u64 {
+    let ranks = cap.len();
+    if target == 0 || ranks < 2 {
+        return 0;
+    }
+    let mut load = loads(items, owner, ranks);
+    // The most loaded rank, the first of equals.
+    let s = (0..ranks).fold(0, |s, q| if load[q] > load[s] { q } else { s });
+    if load[s] >= target {
+        return 0;
+    }
+    let target = target + (target - load[s]) / 2;
+    let mut count = vec![0u32; ranks];
+    for &o in owner.iter() {
+        count[o as usize] += 1;
+    }
+    let mut others: Vec<usize> = (0..items.len()).filter(|&i| owner[i] as usize != s).collect();
+    others.sort_unstable_by_key(|&i| (Reverse(items.weight[i]), items.id[i], i));
+    for i in others {
+        let (q, w, m) = (owner[i] as usize, items.weight[i], items.mem[i]);
+        if count[q] < 2 || load[s] + w > target || !fits(cap, used, s, m) {
+            continue;
+        }
+        owner[i] = s as u32;
+        (load[q], load[s]) = (load[q] - w, load[s] + w);
+        (count[q], count[s]) = (count[q] - 1, count[s] + 1);
+        (used[q], used[s]) = (used[q] - m, used[s] + m);
+    }
+    target
+}
+
 /// DistributedSampler's split: position p to rank p mod R.
 pub fn strided(n: usize, ranks: usize) -> Vec<u32> {
     (0..n).map(|p| (p % ranks.max(1)) as u32).collect()

@@ -270,6 +270,12 @@ pub struct PlanInput {
     /// none is left. A tensor decoded on another rank after it waits for the batch's collection.
     #[serde(default)]
     pub exchange_s: f64,
+    /// The CPUs' pace: seconds a step's decode work takes spread over every worker, averaged
+    /// over recent steps (0: unknown). Where it outlasts a step's most loaded accelerator, the
+    /// CPUs set the step's length, and placement relaxes the step's balance up to it
+    /// ([`crate::plan::batching::stretch`]). Inputs written without it read as 0.
+    #[serde(default)]
+    pub decode_pace_s: f64,
 }
 
 impl PlanInput {
@@ -282,6 +288,9 @@ impl PlanInput {
     pub fn validate(&self) -> Result<(), String> {
         if self.ranks.is_empty() {
             return Err("no ranks".into());
+        }
+        if !(self.decode_pace_s.is_finite() && self.decode_pace_s >= 0.0) {
+            return Err(format!("decode_pace_s {} must be finite and ≥ 0", self.decode_pace_s));
         }
         if !(0.0..1.0).contains(&self.options.guard_share) {
             return Err(format!("options.guard_share {} must be in [0, 1)", self.options.guard_share));

@@ -117,6 +117,10 @@ pub struct Plan {
     pub lower_bound_s: f64,
     /// First step: largest sample work of a rank over the lower bound's (1.0 is optimal).
     pub imbalance: f64,
+    /// First step: the accelerator seconds its most loaded rank was stretched towards, past the
+    /// CPUs' pace ([`PlanInput::decode_pace_s`], [`batching::stretch`]); 0 when the step was not
+    /// decode-bound (or the plan places no decode work).
+    pub stretch_s: f64,
     /// Batches predicted to miss their deadline.
     pub predicted_misses: u64,
     /// Total predicted lateness, seconds.
@@ -241,6 +245,7 @@ pub(crate) fn plan_as(
     let mut owner = vec![0u32; n];
     let mut cap_violations = 0u32;
     let mut first_lb = 0u64;
+    let mut stretched = 0u64;
     for k in 0..steps {
         // One step (the step engine plans one at a time): its samples are all of them.
         let idx: Vec<usize> = if steps == 1 {
@@ -256,7 +261,7 @@ pub(crate) fn plan_as(
             copied = [of_step(&weight), of_step(&mem), of_step(&ids)];
             batching::Items { weight: &copied[0], mem: &copied[1], id: &copied[2] }
         };
-        let split = match options.batching {
+        let mut split = match options.batching {
             Batching::Strided => batching::strided(idx.len(), r),
             Batching::Lpt => batching::lpt(&items, r, &caps),
             Batching::LptLocalSearch => batching::balanced(&items, r, &caps, options.local_search_rounds),
@@ -264,8 +269,17 @@ pub(crate) fn plan_as(
         };
         let mut used = vec![0u64; r];
         for (j, &i) in idx.iter().enumerate() {
-            owner[i] = split[j];
             used[split[j] as usize] += mem[i];
+        }
+        if options.placement {
+            let target = (ns(input.decode_pace_s) - c0 as i64).max(0) as u64;
+            let reached = batching::stretch(&items, &mut split, target, &caps, &mut used);
+            if k == 0 && reached > 0 {
+                stretched = c0 + reached;
+            }
+        }
+        for (j, &i) in idx.iter().enumerate() {
+            owner[i] = split[j];
         }
         cap_violations += (0..r).filter(|&q| caps[q] != 0 && used[q] > caps[q]).count() as u32;
         if k == 0 {
@@ -415,6 +429,7 @@ pub(crate) fn plan_as(
         batches,
         lower_bound_s: secs((c0 + first_lb) as i64),
         imbalance: if first_lb == 0 { 1.0 } else { first_max as f64 / first_lb as f64 },
+        stretch_s: secs(stretched as i64),
         predicted_misses: placed.misses,
         lateness_s: secs(placed.lateness_ns),
         delay_s: secs(placed.delay_ns),
@@ -462,7 +477,31 @@ mod tests {
             options: PlanOptions::default(),
             pieces,
             exchange_s: 0.0,
+            decode_pace_s: 0.0,
         }
+    }
+
+    #[test]
+    fn a_step_the_cpus_outlast_is_stretched_past_their_pace() {
+        // Eight equal samples over four ranks: 0.7 s of accelerator a rank when balanced.
+        let mut input = heavy_step(Vec::new());
+        input.samples = (1..=8).map(|id| step0_sample(id, 1000, 0.5)).collect();
+        let balanced = plan(&input).unwrap();
+        assert_eq!(balanced.stretch_s, 0.0, "no pace given: nothing stretched");
+        assert!(balanced.first_step_loads().iter().all(|&a| (a - 0.7).abs() < 1e-9));
+        // The CPUs take 1.1 s a step: rank 0 aims at 0.6 + (0.6 - 0.2) / 2 = 0.8 s of samples
+        // and takes all it may, the others keeping one each: five samples, 0.5 s.
+        input.decode_pace_s = 1.1;
+        let stretched = plan(&input).unwrap();
+        assert!((stretched.stretch_s - 1.3).abs() < 1e-9, "{}", stretched.stretch_s);
+        let loads = stretched.first_step_loads();
+        assert!(
+            (loads[0] - 1.0).abs() < 1e-9 && loads[1..].iter().all(|&a| (a - 0.6).abs() < 1e-9),
+            "{loads:?}"
+        );
+        // A pace the balanced step already covers changes nothing.
+        input.decode_pace_s = 0.7;
+        assert_eq!(plan(&input).unwrap().owner, balanced.owner);
     }
 
     #[test]
@@ -528,6 +567,7 @@ mod tests {
             options: PlanOptions { swap_owners: false, guard_share: 0.0, ..PlanOptions::default() },
             pieces: Vec::new(),
             exchange_s: 0.0,
+            decode_pace_s: 0.0,
         };
         let node_of = vec![0, 0, 1, 1];
         let aware = plan(&input(TransferCost::per_node(&near, &far, node_of.clone()), 0.3)).unwrap();
@@ -586,6 +626,7 @@ mod tests {
             options: PlanOptions { guard_share, ..PlanOptions::default() },
             pieces: Vec::new(),
             exchange_s: 2.4,
+            decode_pace_s: 0.0,
         };
         let bare = plan(&input(0.0)).unwrap();
         assert_eq!(bare.owner[0], bare.owner[1], "batching put both light-token samples on one rank");

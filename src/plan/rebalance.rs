@@ -1,7 +1,8 @@
 //! Cost-gated rebalancing of decoded tensors.
 //!
 //! After decoding, each sample's real token count and tensor size are known (all-gathered, a few
-//! bytes each). Every rank computes the same greedy sequence of moves off the most-loaded rank;
+//! bytes each). Every rank computes the same greedy sequence of moves off the most-loaded rank
+//! (each tensor moves at most once, from the rank that decoded it for training);
 //! of its prefixes it keeps the one with the largest net gain — predicted cut of the step's
 //! maximum accelerator time minus the predicted all-to-all time, with a safety margin — and runs
 //! it only if that net gain is positive. The decision and both predictions are recorded.
@@ -126,6 +127,21 @@ pub fn rebalance(
     transfer: &TransferCost,
     margin: f64,
 ) -> Decision {
+    rebalance_above(samples, ranks, accel, transfer, margin, 0.0)
+}
+
+/// [`rebalance`] of a step that cannot end before `floor_s` seconds of sample work (the CPUs'
+/// pace the plan stretched it to, [`super::batching::stretch`]): loads up to it cost nothing,
+/// so cutting the largest load below it gains nothing and moves no tensor (the decision's
+/// maxima are reported with the floor).
+pub fn rebalance_above(
+    samples: &[Decoded],
+    ranks: usize,
+    accel: &AccelModel,
+    transfer: &TransferCost,
+    margin: f64,
+    floor_s: f64,
+) -> Decision {
     let w: Vec<i64> = samples.iter().map(|s| ns(accel.sample_seconds(s.tokens))).collect();
     let mut load = vec![0i64; ranks];
     let mut held: Vec<Vec<usize>> = vec![Vec::new(); ranks];
@@ -135,7 +151,8 @@ pub fn rebalance(
             held[s.owner as usize].push(i);
         }
     }
-    let max_of = |l: &[i64]| l.iter().copied().max().unwrap_or(0);
+    let floor = ns(floor_s.max(0.0));
+    let max_of = |l: &[i64]| l.iter().copied().max().unwrap_or(0).max(floor);
     let before = max_of(&load);
     let mut moves: Vec<Move> = Vec::new();
     let mut maxima = vec![before];
@@ -154,8 +171,8 @@ pub fn rebalance(
         let Some((_, _, i)) = best else { break };
         load[m] -= w[i];
         load[n] += w[i];
+        // A moved tensor stays where it went: it crosses one link, from its owner.
         held[m].retain(|&x| x != i);
-        held[n].push(i);
         moves.push(Move { sample: i, from: m as u32, to: n as u32 });
         maxima.push(max_of(&load));
     }
@@ -189,6 +206,51 @@ pub fn rebalance(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        // Each tensor moves once, from the rank that holds it: the engine sends every move from
+        // the sample's owner, so a sample moved on again would be sent twice (to both ranks)
+        // and the second rank would wait for a block its sender no longer has.
+        #[test]
+        fn a_sample_moves_at_most_once_and_from_its_owner(
+            owners in proptest::collection::vec(0u32..6, 1..40),
+            tokens in proptest::collection::vec(1u64..5000, 40),
+            ranks in 2usize..7,
+        ) {
+            let samples: Vec<Decoded> = owners
+                .iter()
+                .enumerate()
+                .map(|(i, &o)| Decoded { id: i as u64, owner: o % ranks as u32, tokens: tokens[i], bytes: 10 })
+                .collect();
+            let accel = AccelModel { c0: 0.0, a: 1e-3, b: 0.0 };
+            let d = rebalance(&samples, ranks, &accel, &TransferCost::linear(1e-9, 1e12), 0.1);
+            let mut seen = std::collections::HashSet::new();
+            for m in &d.moves {
+                proptest::prop_assert!(seen.insert(m.sample), "sample {} moves twice: {:?}", m.sample, d.moves);
+                proptest::prop_assert_eq!(m.from, samples[m.sample].owner);
+            }
+        }
+    }
+
+    #[test]
+    fn a_step_stretched_to_the_cpus_pace_is_not_cut_below_it() {
+        // Rank 0 carries 1.8 s, rank 1 nothing: a cut to 0.9 s pays for a fast link, unless the
+        // step cannot end before 1.5 s anyway; then only the 0.3 s above the floor counts.
+        let accel = AccelModel { c0: 0.0, a: 1e-3, b: 0.0 };
+        let samples = [
+            Decoded { id: 1, owner: 0, tokens: 900, bytes: 1_000 },
+            Decoded { id: 2, owner: 0, tokens: 900, bytes: 1_000 },
+        ];
+        let fast = TransferCost::linear(1e-5, 1e9);
+        assert!(rebalance_above(&samples, 2, &accel, &fast, 0.1, 0.0).run);
+        assert!(!rebalance_above(&samples, 2, &accel, &fast, 0.1, 1.8).run, "nothing above the floor");
+        let floor = rebalance_above(&samples, 2, &accel, &fast, 0.1, 1.5);
+        assert!(floor.run && (floor.gain_s - 0.3).abs() < 1e-9, "{floor:?}");
+        // A link that takes 0.5 s per tensor pays for the 0.9 s cut, not for the 0.3 s one.
+        let slow = TransferCost::linear(0.5, 1e9);
+        assert!(rebalance_above(&samples, 2, &accel, &slow, 0.1, 0.0).run);
+        assert!(!rebalance_above(&samples, 2, &accel, &slow, 0.1, 1.5).run);
+    }
 
     #[test]
     fn the_gate_prices_each_move_on_the_link_it_crosses() {

@@ -78,6 +78,7 @@ pub fn synthetic(kind: Kind, samples: usize, ranks: usize, lookahead: usize, see
         pieces: Vec::new(),
         // As the loader's `ship_ahead`: tensors cross shortly before the first window ends.
         exchange_s: 0.9 * rank_states.iter().map(|r| r.accel_free_s).fold(f64::INFINITY, f64::min),
+        decode_pace_s: 0.0,
         ranks: rank_states,
     }
 }

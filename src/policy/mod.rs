@@ -143,6 +143,10 @@ pub struct StepPlan {
     pub delay_s: f64,
     /// Planning groups the decode work was placed in (0: none; see [`plan::groups`]).
     pub groups: u32,
+    /// The accelerator seconds the plan stretched the step's most loaded rank towards, past the
+    /// CPUs' pace ([`plan::Plan::stretch_s`]; 0: not stretched). The rebalance gate does not cut the
+    /// step below it.
+    pub stretch_s: f64,
     /// What placing the groups took, where it did (measured, never read by a decision).
     pub timing: Option<plan::GroupTiming>,
     /// Hash of the decisions.
@@ -199,7 +203,18 @@ pub fn plan_step(
     let pieces: &[plan::PieceIn] = if options.placement { &input.pieces } else { &[] };
     let plan::Planning { plan: p, timing } = plan::plan_as(input, step, &options, pieces, scope)?;
     let accel_s = p.first_step_loads();
-    let plan::Plan { owner, decoder, jobs, decode_order, predicted_misses, delay_s, hash, groups, .. } = p;
+    let plan::Plan {
+        owner,
+        decoder,
+        jobs,
+        decode_order,
+        predicted_misses,
+        delay_s,
+        hash,
+        groups,
+        stretch_s,
+        ..
+    } = p;
     let mut decoder = decoder;
     let mut order = decode_order;
     if policy == Policy::ActorPool {
@@ -236,6 +251,7 @@ pub fn plan_step(
         predicted_misses: if policy.name().starts_with("helix") { predicted_misses } else { 0 },
         delay_s: if policy.name().starts_with("helix") { delay_s } else { 0.0 },
         groups,
+        stretch_s,
         timing,
         hash: h.finish(),
     })
@@ -333,6 +349,7 @@ mod tests {
             options: PlanOptions::default(),
             pieces: Vec::new(),
             exchange_s: 0.0,
+            decode_pace_s: 0.0,
         };
         let p = plan_step(Policy::Helix, 0, &input, plan::Scope::Every).unwrap();
         assert!(p.step_s() < 0.02, "the prior predicts {} s", p.step_s());

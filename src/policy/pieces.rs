@@ -113,6 +113,10 @@ pub struct StepOffer {
     pub piece_frames: Vec<FrameRange>,
     /// Per sample: its number of sampled frames.
     pub frames: Vec<u32>,
+    /// Σ of the samples' predicted decode seconds on one worker, without the planning margin
+    /// (`SampleIn::decode_s` counts on a run one spread long): what the step's decoding is
+    /// expected to take, for the CPUs' pace.
+    pub expected_decode_s: f64,
 }
 
 impl StepOffer {
@@ -126,7 +130,9 @@ impl StepOffer {
         for (i, d) in descriptors.into_iter().enumerate() {
             let (f, h, w) = output_shape(d, cx.params);
             let margin = cx.model.planning_factor(d.codec);
-            let decode_s = cx.model.predict(d, cx.params).max(0.0) * margin;
+            let expected = cx.model.predict(d, cx.params).max(0.0);
+            o.expected_decode_s += expected;
+            let decode_s = expected * margin;
             o.samples.push(SampleIn {
                 id: d.id,
                 step: 0,

@@ -4,7 +4,7 @@
 //! start), so one value can serve every engine of a simulated cluster: the first engine to file a
 //! round's records updates it, the others find it updated (rounds are numbered).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -209,7 +209,14 @@ pub struct Agreed {
     /// Per step: the samples as the after-decode step sees them and the moves it decided.
     after: BTreeMap<u64, Arc<AfterDecode>>,
     skips: SkipTally,
+    /// The last [`PACE_STEPS`] planned steps' decode work spread over every worker, seconds:
+    /// their mean is the CPUs' pace ([`PlanInput::decode_pace_s`]).
+    paces: VecDeque<f64>,
 }
+
+/// Planned steps whose decode work the CPUs' pace averages: the lookahead smooths a heavy
+/// step's decode over its neighbours', so a step is stretched to the pace, not to its own.
+pub const PACE_STEPS: usize = 8;
 
 /// The after-decode step's decision of one step (every rank's is the same).
 #[derive(Debug, Default)]
@@ -248,6 +255,7 @@ impl Agreed {
             inputs: Vec::new(),
             after: BTreeMap::new(),
             skips: SkipTally::default(),
+            paces: VecDeque::with_capacity(PACE_STEPS),
         }
     }
 
@@ -434,12 +442,16 @@ impl Agreed {
                     .zip(&p.plan.owner)
                     .map(|((&k, &(tokens, bytes)), &owner)| Decoded { id: k as u64, owner, tokens, bytes })
                     .collect();
-                let d = rebalance::rebalance(
+                let model = self.accel.model();
+                // A step the plan stretched to the CPUs' pace ends no sooner for a cut below it.
+                let floor_s = (p.plan.stretch_s - model.c0).max(0.0);
+                let d = rebalance::rebalance_above(
                     &decoded,
                     self.ranks,
-                    &self.accel.model(),
+                    &model,
                     &self.effective_transfer(),
                     0.1,
+                    floor_s,
                 );
                 let moves = d.moves.iter().map(|m| (m.sample, m.to)).collect();
                 AfterDecode { decoded, moves }
@@ -519,6 +531,14 @@ impl Agreed {
                 split_above_s: self.cfg.split_above_s,
             },
         );
+        // The CPUs' pace, once measured (the prior decode model may be far off).
+        let workers: u32 = (0..self.ranks).map(|r| self.states.get(r).map_or(1, |s| s.workers.max(1))).sum();
+        let work = offer.expected_decode_s;
+        if self.paces.len() == PACE_STEPS {
+            self.paces.pop_front();
+        }
+        self.paces.push_back(work / workers.max(1) as f64);
+        let pace = if measured { self.paces.iter().sum::<f64>() / self.paces.len() as f64 } else { 0.0 };
         let states: Vec<RankState> = (0..self.ranks)
             .map(|r| {
                 let reported = self.states.get(r).copied().unwrap_or(RankState {
@@ -543,6 +563,7 @@ impl Agreed {
             },
             pieces: offer.pieces.clone(),
             exchange_s: exchange,
+            decode_pace_s: pace,
         };
         let clock = Instant::now();
         let plan = policy::plan_step(self.cfg.policy, t, &input, self.scope)?;
