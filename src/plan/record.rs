@@ -16,8 +16,8 @@
 //! is flagged: more than [`MAX_SKIPS`] failed samples set `skips_overflow` (the executor then
 //! all-gathers the full list with `all_gather_v`); of more than [`MAX_OBSERVATIONS`] decode
 //! timings it keeps a uniform sample ([`StepRecord::sample_observation`]: the first ones are the
-//! longest jobs of an earliest-deadline-first pool, and a model fitted on them overpredicts the
-//! rest).
+//! longest jobs of an earliest-deadline-first pool, and a model fitted on them learns mostly the
+//! longest decodes).
 
 use super::RankState;
 
