@@ -502,6 +502,12 @@ mod tests {
         // A pace the balanced step already covers changes nothing.
         input.decode_pace_s = 0.7;
         assert_eq!(plan(&input).unwrap().owner, balanced.owner);
+        // A pace from a caller or a file is checked before it is used.
+        for bad in [f64::NAN, f64::INFINITY, -1.0] {
+            input.decode_pace_s = bad;
+            let e = plan(&input).unwrap_err().to_string();
+            assert!(e.contains("decode_pace_s"), "{e}");
+        }
     }
 
     #[test]
