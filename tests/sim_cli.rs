@@ -208,4 +208,10 @@ fn a_decode_bound_step_waits_at_the_sync_not_at_the_input() {
         assert!(f(helix, k) <= f(local, k) / 3.0, "{k}: helix {helix} against rank-local {local}");
     }
     assert!(f(helix, "throughput") > f(local, "throughput"), "helix {helix} against rank-local {local}");
+    // It is the stretch that does it, nearly every step here; the DataLoader-style baselines
+    // never stretch.
+    let stretched = |p: &serde_json::Value| p["stretched_steps"].as_u64().unwrap();
+    let steps = v["steps"].as_u64().unwrap();
+    assert!(stretched(helix) > steps / 2, "{} of {steps} steps stretched: {helix}", stretched(helix));
+    assert_eq!(stretched(local), 0, "{local}");
 }

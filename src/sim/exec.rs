@@ -203,6 +203,8 @@ pub struct SimRun {
     pub plans: u64,
     /// Largest single plan's wall seconds.
     pub plan_max_s: f64,
+    /// Plans that stretched their step to the CPUs' pace (warm-up included).
+    pub stretched_plans: u64,
     /// Wall seconds the whole simulation took.
     pub sim_wall_s: f64,
     /// Warm-up steps (not in the summary).
@@ -574,6 +576,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         plan_wall_s,
         plans,
         plan_max_s,
+        stretched_plans: cluster.agreed.stretched_plans(),
         sim_wall_s: wall.elapsed().as_secs_f64(),
         warmup: cfg.warmup,
         moved_ahead: cluster.ranks.iter().map(|r| r.engine.counters().moved_ahead).sum(),

@@ -231,6 +231,9 @@ pub struct PolicyResult {
     pub plan_s_per_step: f64,
     /// Largest plan's wall seconds.
     pub plan_max_s: f64,
+    /// Steps whose plan stretched them past the balanced step to the CPUs' pace, warm-up
+    /// included (a decode-bound step: the most loaded rank took samples from the others).
+    pub stretched_steps: u64,
     /// Wall seconds of the simulation.
     pub sim_wall_s: f64,
     /// Decode CPU seconds per delivered sample (measured steps).
@@ -258,6 +261,7 @@ impl PolicyResult {
             step_s: if s.steps > 0 { s.wall_s / s.steps as f64 } else { 0.0 },
             plan_s_per_step: run.plan_wall_s / run.plans.max(1) as f64,
             plan_max_s: run.plan_max_s,
+            stretched_steps: run.stretched_plans,
             sim_wall_s: run.sim_wall_s,
             decode_cpu_s_per_sample: {
                 let m = run.records.iter().filter(|r| r.step >= run.warmup);

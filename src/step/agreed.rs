@@ -201,6 +201,8 @@ pub struct Agreed {
     training: Option<(u64, f64)>,
     /// Wall seconds the planner took (measured, never read by a decision), plans, largest.
     plan_stats: (f64, u64, f64),
+    /// Plans whose step was stretched to the CPUs' pace ([`crate::plan::Plan::stretch_s`]).
+    stretched: u64,
     /// Whose decode placement this state plans: a loader's rank needs only its own planning
     /// group's at thousands of ranks ([`crate::plan::groups`]); the simulator every group's.
     scope: Scope,
@@ -250,6 +252,7 @@ impl Agreed {
             rounds: 0,
             training: None,
             plan_stats: (0.0, 0, 0.0),
+            stretched: 0,
             scope: Scope::Every,
             keep_inputs: false,
             inputs: Vec::new(),
@@ -306,6 +309,12 @@ impl Agreed {
     /// only its own group spends, at most.
     pub fn plan_stats(&self) -> (f64, u64, f64) {
         self.plan_stats
+    }
+
+    /// How many plans stretched their step past the balanced one to the CPUs' pace (a
+    /// decode-bound step: [`crate::plan::batching::stretch`]).
+    pub fn stretched_plans(&self) -> u64 {
+        self.stretched
     }
 
     /// Whether ranks have reported at least once.
@@ -570,6 +579,7 @@ impl Agreed {
         let took = clock.elapsed().as_secs_f64()
             - plan.timing.map_or(0.0, |g| if g.groups > 1 { g.total_s - g.slowest_s } else { 0.0 });
         self.plan_stats = (self.plan_stats.0 + took, self.plan_stats.1 + 1, self.plan_stats.2.max(took));
+        self.stretched += u64::from(plan.stretch_s > 0.0);
         let work = offer.job_work(plan.jobs.len());
         let partial: Vec<bool> = (0..plan.jobs.len())
             .map(|j| work[j].frames != FrameRange::whole(offer.frames[plan.jobs[j].sample as usize]))
