@@ -211,8 +211,10 @@ pub struct Agreed {
     /// Per step: the samples as the after-decode step sees them and the moves it decided.
     after: BTreeMap<u64, Arc<AfterDecode>>,
     skips: SkipTally,
-    /// The last [`PACE_STEPS`] planned steps' decode work spread over every worker, seconds:
-    /// their mean is the CPUs' pace ([`PlanInput::decode_pace_s`]).
+    /// The last [`PACE_STEPS`] planned steps' expected decode work spread over every worker,
+    /// seconds — a planned step's jobs' (a split sample's pieces, each from its keyframe), the
+    /// step being planned its samples' whole decodes: their mean is the CPUs' pace
+    /// ([`PlanInput::decode_pace_s`]). The same on every rank: jobs follow from the offer.
     paces: VecDeque<f64>,
 }
 
@@ -540,13 +542,14 @@ impl Agreed {
                 split_above_s: self.cfg.split_above_s,
             },
         );
-        // The CPUs' pace, once measured (the prior decode model may be far off).
+        // The CPUs' pace, once measured (the prior decode model may be far off): this step's
+        // samples' decode beside the jobs of the steps planned before it.
         let workers: u32 = (0..self.ranks).map(|r| self.states.get(r).map_or(1, |s| s.workers.max(1))).sum();
-        let work = offer.expected_decode_s;
+        let workers = workers.max(1) as f64;
         if self.paces.len() == PACE_STEPS {
             self.paces.pop_front();
         }
-        self.paces.push_back(work / workers.max(1) as f64);
+        self.paces.push_back(offer.expected_decode_s / workers);
         let pace = if measured { self.paces.iter().sum::<f64>() / self.paces.len() as f64 } else { 0.0 };
         let states: Vec<RankState> = (0..self.ranks)
             .map(|r| {
@@ -581,6 +584,19 @@ impl Agreed {
         self.plan_stats = (self.plan_stats.0 + took, self.plan_stats.1 + 1, self.plan_stats.2.max(took));
         self.stretched += u64::from(plan.stretch_s > 0.0);
         let work = offer.job_work(plan.jobs.len());
+        // Once planned, the step's pace counts its jobs' expected decode (without the planning
+        // margin), not its samples' whole decodes: where samples are split, those overstate the
+        // work by 6–13% on the long-video sets (a whole video's prediction extrapolates the
+        // pieces the model learns from), and the stretch acted on steps the CPUs kept up with.
+        let expected: f64 = (0..plan.jobs.len())
+            .map(|j| {
+                let codec = descriptors[plan.jobs[j].sample as usize].codec;
+                work[j].decode_s / self.decode_model.planning_factor(codec).max(1e-9)
+            })
+            .sum();
+        if let Some(last) = self.paces.back_mut() {
+            *last = expected / workers;
+        }
         let partial: Vec<bool> = (0..plan.jobs.len())
             .map(|j| work[j].frames != FrameRange::whole(offer.frames[plan.jobs[j].sample as usize]))
             .collect();
