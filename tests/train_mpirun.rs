@@ -125,8 +125,13 @@ fn every_policy_delivers_exactly_once_and_skips_the_same_bad_samples() {
             "rebalances_run",
             "rebalances_skipped",
             "bytes_moved",
+            "stretched_steps",
         ] {
             assert!(result["summary"].get(key).is_some(), "{policy}: summary misses {key}");
+        }
+        if !policy.starts_with("helix") {
+            // Only a placement policy stretches a step to the CPUs' pace.
+            assert_eq!(result["summary"]["stretched_steps"], 0, "{policy}");
         }
         // The emulated accelerator's records carry each sample's seconds (the bound's packing
         // and best-split terms), and no real run beats the bound by more than timing noise.

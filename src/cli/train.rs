@@ -288,6 +288,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     }
     spans.extend(loader.spans().iter().cloned());
     let counters = loader.counters();
+    let stretched_steps = loader.stretched_steps();
     let transfer_json = transfer_json(&args.transfer_model, loader.transfer());
     if let (Some(path), 0) = (&args.save_state, rank) {
         loader.state().write(path).map_err(|e| fail_job(rank, ranks, e))?;
@@ -313,6 +314,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     let mut summary = summarize(&records, shape);
     summary.rebalances_run = counters.rebalances_run;
     summary.rebalances_skipped = counters.rebalances_skipped;
+    summary.stretched_steps = stretched_steps;
     summary.bytes_moved = records.iter().filter(|r| r.step >= args.warmup).map(|r| r.bytes_in).sum();
     let result = TrainResult {
         params: json!({

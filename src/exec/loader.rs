@@ -681,6 +681,12 @@ impl<'w> Loader<'w> {
         self.engine.counters()
     }
 
+    /// Steps whose plan stretched them past the balanced step to the CPUs' pace (every rank
+    /// plans alike, so every rank counts the same).
+    pub fn stretched_steps(&self) -> u64 {
+        self.agreed.stretched_plans()
+    }
+
     /// Collectives the loader issued so far, and the hash of their sequence.
     pub fn schedule(&self) -> (u64, u64) {
         self.engine.schedule()

@@ -122,6 +122,11 @@ pub struct Summary {
     pub rebalances_skipped: u64,
     /// Bytes of decoded tensors moved between ranks.
     pub bytes_moved: u64,
+    /// Steps whose plan stretched them past the balanced step to the CPUs' pace (helix, a
+    /// decode-bound step: [`crate::plan::batching::stretch`]), warm-up included; absent (0) in
+    /// results written before it was counted.
+    #[serde(default)]
+    pub stretched_steps: u64,
     /// Measured steps.
     pub steps: u64,
     /// Samples delivered in the measured steps.

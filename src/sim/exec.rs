@@ -203,8 +203,6 @@ pub struct SimRun {
     pub plans: u64,
     /// Largest single plan's wall seconds.
     pub plan_max_s: f64,
-    /// Plans that stretched their step to the CPUs' pace (warm-up included).
-    pub stretched_plans: u64,
     /// Wall seconds the whole simulation took.
     pub sim_wall_s: f64,
     /// Warm-up steps (not in the summary).
@@ -568,6 +566,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
     let counters = cluster.ranks[0].engine.counters();
     summary.rebalances_run = counters.rebalances_run;
     summary.rebalances_skipped = counters.rebalances_skipped;
+    summary.stretched_steps = cluster.agreed.stretched_plans();
     summary.bytes_moved = out.iter().filter(|r| r.step >= cfg.warmup).map(|r| r.bytes_in).sum();
     let (plan_wall_s, plans, plan_max_s) = cluster.agreed.plan_stats();
     Ok(SimRun {
@@ -576,7 +575,6 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         plan_wall_s,
         plans,
         plan_max_s,
-        stretched_plans: cluster.agreed.stretched_plans(),
         sim_wall_s: wall.elapsed().as_secs_f64(),
         warmup: cfg.warmup,
         moved_ahead: cluster.ranks.iter().map(|r| r.engine.counters().moved_ahead).sum(),

@@ -261,7 +261,7 @@ impl PolicyResult {
             step_s: if s.steps > 0 { s.wall_s / s.steps as f64 } else { 0.0 },
             plan_s_per_step: run.plan_wall_s / run.plans.max(1) as f64,
             plan_max_s: run.plan_max_s,
-            stretched_steps: run.stretched_plans,
+            stretched_steps: s.stretched_steps,
             sim_wall_s: run.sim_wall_s,
             decode_cpu_s_per_sample: {
                 let m = run.records.iter().filter(|r| r.step >= run.warmup);
