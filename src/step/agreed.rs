@@ -627,8 +627,8 @@ impl Agreed {
         // The CPUs' pace, once measured (the prior decode model may be far off).
         let workers: u32 = (0..self.ranks).map(|r| self.states.get(r).map_or(1, |s| s.workers.max(1))).sum();
         let workers = workers.max(1) as f64;
-        let work: f64 = offer.samples.iter().map(|x| model.sample_seconds(x.tokens)).sum();
-        let balanced = model.c0.max(0.0) + work / self.ranks.max(1) as f64;
+        let accel_work: f64 = offer.samples.iter().map(|x| model.sample_seconds(x.tokens)).sum();
+        let balanced = model.c0.max(0.0) + accel_work / self.ranks.max(1) as f64;
         for (window, value) in [
             (&mut self.paces, offer.expected_decode_s / workers),
             (&mut self.wholes, offer.expected_decode_s / workers),
