@@ -183,31 +183,48 @@ fn the_rebalance_moves_samples_ahead_of_their_step() {
     assert_eq!(late, 0, "no move waited for its step's collection: {helix}");
 }
 
+/// `sim --workload scripts/workloads/FILE --cpu-per-accel 1.25 --policy POLICIES --json`: a
+/// CPU budget a quarter short of the decode work, where the CPUs set a step's length.
+fn at_a_short_budget(file: &str, policies: &str) -> serde_json::Value {
+    let workload = format!("scripts/workloads/{file}");
+    let out = sim(&["--workload", &workload, "--cpu-per-accel", "1.25", "--policy", policies, "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn rate(p: &serde_json::Value, k: &str) -> f64 {
+    p[k].as_f64().unwrap()
+}
+
+/// Helix waits over 1 ms and over 10 ms on at most a third as many rank-steps as rank-local.
+fn assert_a_third_of_rank_locals_misses(v: &serde_json::Value) {
+    let (helix, local) = (&v["policies"]["helix"], &v["policies"]["rank-local"]);
+    for k in ["miss_rate", "miss_rate_10ms"] {
+        assert!(rate(helix, k) <= rate(local, k) / 3.0, "{k}: helix {helix} against rank-local {local}");
+    }
+}
+
+/// Rank-local misses on at least 5% of rank-steps; helix on at most a third as many, and it
+/// trains faster.
+fn assert_helix_misses_a_third_and_trains_faster(v: &serde_json::Value) {
+    let (helix, local) = (&v["policies"]["helix"], &v["policies"]["rank-local"]);
+    assert!(rate(local, "miss_rate") >= 0.05, "rank-local should miss here: {local}");
+    assert_a_third_of_rank_locals_misses(v);
+    assert!(
+        rate(helix, "throughput") > rate(local, "throughput"),
+        "helix {helix} against rank-local {local}"
+    );
+}
+
 #[test]
 fn a_decode_bound_step_waits_at_the_sync_not_at_the_input() {
-    // mmc4 with a CPU budget a quarter short of the decode work: the CPUs set the step's length.
-    // Balanced to the last token, every rank would wait for its next batch every step (80% of
-    // rank-steps before helix stretched such steps past the CPUs' pace); rank-local's unbalanced
-    // steps give most ranks' CPUs time. Helix must miss less than a third as often, and still
-    // train faster than rank-local.
-    let out = sim(&[
-        "--workload",
-        "scripts/workloads/mmc4_interleaved.toml",
-        "--cpu-per-accel",
-        "1.25",
-        "--policy",
-        "all",
-        "--json",
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // mmc4 at the short budget. Balanced to the last token, every rank would wait for its next
+    // batch every step (80% of rank-steps before helix stretched such steps past the CPUs'
+    // pace); rank-local's unbalanced steps give most ranks' CPUs time. Helix must miss less
+    // than a third as often, and still train faster than rank-local.
+    let v = at_a_short_budget("mmc4_interleaved.toml", "all");
+    assert_helix_misses_a_third_and_trains_faster(&v);
     let (helix, local) = (&v["policies"]["helix"], &v["policies"]["rank-local"]);
-    let f = |p: &serde_json::Value, k: &str| p[k].as_f64().unwrap();
-    assert!(f(local, "miss_rate") >= 0.05, "rank-local should miss here: {local}");
-    for k in ["miss_rate", "miss_rate_10ms"] {
-        assert!(f(helix, k) <= f(local, k) / 3.0, "{k}: helix {helix} against rank-local {local}");
-    }
-    assert!(f(helix, "throughput") > f(local, "throughput"), "helix {helix} against rank-local {local}");
     // It is the stretch that does it, nearly every step here; the DataLoader-style baselines
     // never stretch.
     let stretched = |p: &serde_json::Value| p["stretched_steps"].as_u64().unwrap();
@@ -223,25 +240,12 @@ fn split_samples_pace_the_cpus_by_their_pieces() {
     // budget although the CPUs kept up (helix misses 0.001 of rank-steps unstretched) and cost
     // 10% of throughput. Paced by the planned pieces, helix stretches a minority of steps and
     // still misses far less than rank-local.
-    let out = sim(&[
-        "--workload",
-        "scripts/workloads/miradata_long.toml",
-        "--cpu-per-accel",
-        "1.25",
-        "--policy",
-        "helix,rank-local",
-        "--json",
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let (helix, local) = (&v["policies"]["helix"], &v["policies"]["rank-local"]);
+    let v = at_a_short_budget("miradata_long.toml", "helix,rank-local");
+    let helix = &v["policies"]["helix"];
     let steps = v["steps"].as_u64().unwrap();
     let stretched = helix["stretched_steps"].as_u64().unwrap();
     assert!(stretched < steps / 4, "{stretched} of {steps} steps stretched: {helix}");
-    let f = |p: &serde_json::Value, k: &str| p[k].as_f64().unwrap();
-    for k in ["miss_rate", "miss_rate_10ms"] {
-        assert!(f(helix, k) <= f(local, k) / 3.0, "{k}: helix {helix} against rank-local {local}");
-    }
+    assert_a_third_of_rank_locals_misses(&v);
 }
 
 #[test]
@@ -250,22 +254,6 @@ fn two_samples_a_rank_pace_the_cpus_by_the_steps_ahead() {
     // does: paced by the mean of the last eight planned steps, helix missed 0.107 of rank-steps
     // at this budget, rank-local 0.097. Paced mostly by the steps that decode while a step
     // trains (the sampler knows them), it must miss under a third of rank-local's rate.
-    let out = sim(&[
-        "--workload",
-        "scripts/workloads/cogvideox_latents.toml",
-        "--cpu-per-accel",
-        "1.25",
-        "--policy",
-        "helix,rank-local",
-        "--json",
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let (helix, local) = (&v["policies"]["helix"], &v["policies"]["rank-local"]);
-    let f = |p: &serde_json::Value, k: &str| p[k].as_f64().unwrap();
-    assert!(f(local, "miss_rate") >= 0.05, "rank-local should miss here: {local}");
-    for k in ["miss_rate", "miss_rate_10ms"] {
-        assert!(f(helix, k) <= f(local, k) / 3.0, "{k}: helix {helix} against rank-local {local}");
-    }
-    assert!(f(helix, "throughput") > f(local, "throughput"), "helix {helix} against rank-local {local}");
+    let v = at_a_short_budget("cogvideox_latents.toml", "helix,rank-local");
+    assert_helix_misses_a_third_and_trains_faster(&v);
 }
