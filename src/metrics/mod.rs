@@ -225,6 +225,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_summary_written_before_stretches_were_counted_still_reads() {
+        let mut old =
+            serde_json::to_value(Summary { throughput: 2.5, stretched_steps: 7, ..Summary::default() })
+                .unwrap();
+        old.as_object_mut().unwrap().remove("stretched_steps");
+        let read: Summary = serde_json::from_value(old).unwrap();
+        assert_eq!((read.throughput, read.stretched_steps), (2.5, 0));
+    }
+
+    #[test]
     fn quantiles_interpolate() {
         let v = [0.0, 1.0, 2.0, 3.0, 4.0];
         assert_eq!(quantile(&v, 0.5), 2.0);
