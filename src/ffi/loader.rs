@@ -156,26 +156,29 @@ fn fails_the_loader(code: dh_result) -> bool {
 /// MPI initialised by this library (finalised at process exit).
 static UNIVERSE: Mutex<Option<::mpi::environment::Universe>> = Mutex::new(None);
 
-/// The longest collective timeout of this process's loaders, in milliseconds: how long the
-/// exit's `MPI_Finalize` may wait for the other ranks.
+/// The longest collective timeout of this process's loaders, in milliseconds; the exit's
+/// `MPI_Finalize` may wait twice as long for the other ranks (`finalize_at_exit`).
 static FINALIZE_WAIT_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Finalises the MPI this library initialised. `MPI_Finalize` waits for every rank; a rank that
 /// exits while the others are still inside a collective (it failed on its own, say, and the C
 /// program called `exit(1)`) would wait for them for good, and they for it. So the wait is
-/// bounded by the collective timeout; past it the process says why and exits with the watchdog's
-/// status, which makes `mpirun` end the job.
+/// bounded; past it the process says why and exits with the watchdog's status, which makes
+/// `mpirun` end the job. The bound is twice the collective timeout: the ranks left inside a
+/// collective reach their own timeout first and abort the job through the launcher, one event
+/// at a time (a rank's exit and another's `MPI_Abort` within the same instant once left Open
+/// MPI 4.1's `mpirun` waiting on a futex for good, the job's processes all gone).
 extern "C" fn finalize_at_exit() {
     let _ = std::panic::catch_unwind(|| {
         let u = UNIVERSE.lock().unwrap_or_else(|e| e.into_inner()).take();
         if u.is_none() {
             return;
         }
-        let wait_ms = FINALIZE_WAIT_MS.load(std::sync::atomic::Ordering::Relaxed).max(1000);
+        let wait_ms = 2 * FINALIZE_WAIT_MS.load(std::sync::atomic::Ordering::Relaxed).max(1000);
         let _ = std::thread::Builder::new().name("datahelix-finalize-watch".into()).spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(wait_ms));
             comm::say_whole(&format!(
-                "datahelix: MPI_Finalize at exit did not return within the {:.1} s collective timeout: \
+                "datahelix: MPI_Finalize at exit did not return within {:.1} s (twice the collective timeout): \
                  another rank is still inside a loader call or never reached its exit. Exiting with \
                  status {} instead of waiting.",
                 wait_ms as f64 / 1e3,
