@@ -98,6 +98,8 @@ then
   # left on device" halfway through.
   dh_need_mb=12000
   if [ -z "${DATAHELIX_VENV:-}" ]; then dh_in_memory_if_short "$DH_VENV" "$dh_need_mb"; fi
+  # venv refuses to make an environment at a symbolic link: make it where the link leads.
+  if [ -L "$DH_VENV" ]; then DH_VENV=$(readlink -f "$DH_VENV"); fi
   mkdir -p "$DH_VENV"
   dh_free_mb=$(dh_free_mb "$DH_VENV/.")
   if [ -n "$dh_free_mb" ] && [ "$dh_free_mb" -lt "$dh_need_mb" ]; then
