@@ -31,9 +31,10 @@ STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
 PROFILE=${PROFILE:-0.1,4.6e-4,1.25e-6,0.05}
 # 1.6 of the machine's 2 cores: each of the W = 4 workers decodes in 0.4 core. With the whole
-# 2 cores the actor pool's shared workers kept up with every step in most runs (it tied helix
-# on misses); at 1.6 the simulator of this run has it miss 5.9% of rank-steps, rank-local 8.8%
-# and helix none, at the same throughput for helix (README, "What the demo does and prints").
+# 2 cores the actor pool's shared workers kept up with every step in two of three runs (it
+# tied helix on misses); at 1.6 it waited over 1 ms on 2.9-5.9% of rank-steps in each of three
+# runs, helix on none, at the same throughput for helix (README, "What the demo does and
+# prints").
 CORES=${CORES:-1.6}
 OUT=${OUT:-target/demo}
 
