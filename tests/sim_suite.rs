@@ -93,6 +93,33 @@ fn the_cpu_budget_is_the_named_share_of_the_accelerator() {
     assert!((cores[0] / cores[1] - 2.0).abs() < 1e-9, "half the share, twice the cores: {cores:?}");
 }
 
+/// The camera originals' keyframe runs (~7–10 s of one worker) outlast the protocol's two steps
+/// of prefetch at helix's pace, so most rank-steps wait however the work is placed; a lookahead
+/// of five starts them in time (README, "Camera originals"). The override reaches every policy.
+#[test]
+fn a_deeper_lookahead_starts_the_camera_originals_runs_in_time() {
+    let (w, cal) = sim::load(Path::new("scripts/workloads/egoexo4d_4k.toml")).unwrap();
+    assert_eq!(w.run.lookahead, 2, "the protocol's prefetch");
+    let run = |policy: Policy, lookahead: usize| {
+        let over = Overrides { steps: Some(40), lookahead: Some(lookahead), ..Overrides::default() };
+        let (cfg, data) = sim::prepare(&w, &cal, policy, &over).unwrap();
+        assert_eq!(cfg.lookahead, lookahead);
+        sim::simulate(&cfg, &data).unwrap().summary
+    };
+    let (two, five) = (run(Policy::Helix, 2), run(Policy::Helix, 5));
+    assert!(two.miss_rate > 0.3, "at lookahead 2 the runs cannot be in time: {}", two.miss_rate);
+    assert!(five.miss_rate < 0.05, "lookahead 5: {}", five.miss_rate);
+    assert!(five.throughput > 1.5 * two.throughput, "{} vs {}", five.throughput, two.throughput);
+    let (rl_two, rl_five) = (run(Policy::RankLocal, 2), run(Policy::RankLocal, 5));
+    assert!(rl_five.throughput > 1.5 * rl_two.throughput, "{} vs {}", rl_five.throughput, rl_two.throughput);
+    assert!(
+        five.miss_rate < rl_five.miss_rate / 3.0,
+        "{} vs rank-local {}",
+        five.miss_rate,
+        rl_five.miss_rate
+    );
+}
+
 #[test]
 fn the_suite_covers_the_pain_regimes() {
     let mut by_regime: BTreeMap<String, Vec<String>> = BTreeMap::new();

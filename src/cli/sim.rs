@@ -42,6 +42,10 @@ pub struct SimArgs {
     /// default: automatic, groups of 8 from 1024 ranks — what `train --plan-group-ranks` sets).
     #[arg(long)]
     pub plan_group_ranks: Option<u32>,
+    /// Steps decoded ahead of the one in training, every policy alike (the DataLoader's prefetch;
+    /// the protocol allows 2; default: the workload file's `run.lookahead`, else 2).
+    #[arg(long)]
+    pub lookahead: Option<usize>,
     /// A policy or `all`.
     #[arg(long, default_value = "all")]
     pub policy: String,
@@ -164,6 +168,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
         accel_window: args.accel_window,
         cpu_per_accel: args.cpu_per_accel,
         plan_group_ranks: args.plan_group_ranks,
+        lookahead: args.lookahead,
     };
     let emit = |doc: &serde_json::Value| -> Result<(), CliError> {
         if args.json || args.out.is_some() {
@@ -261,6 +266,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
                 overhead_s: args.overhead_s,
                 check_plan: !args.no_check_plan,
                 decode_scale: args.decode_scale,
+                lookahead: args.lookahead.unwrap_or(2),
             };
             let r = sim::run_data(dir, &cal, &run).map_err(CliError::usage)?;
             let pr = PolicyResult::of(&r);

@@ -81,6 +81,8 @@ pub struct Overrides {
     pub cpu_per_accel: Option<f64>,
     /// Ranks per planning group (`LoaderConfig::plan_group_ranks`; None: automatic).
     pub plan_group_ranks: Option<u32>,
+    /// Steps decoded ahead ([`workload::Run::lookahead`]; the protocol allows 2).
+    pub lookahead: Option<usize>,
 }
 
 /// The configuration and data of a workload under `over`.
@@ -131,7 +133,7 @@ pub fn prepare(
         global_batch,
         steps,
         warmup,
-        lookahead: w.run.lookahead,
+        lookahead: over.lookahead.unwrap_or(w.run.lookahead),
         seed,
         params,
         formula: w.model.formula,
@@ -487,6 +489,8 @@ pub struct DataRun {
     pub overhead_s: f64,
     /// Factor on every calibrated decode time.
     pub decode_scale: f64,
+    /// Steps decoded ahead (`train --lookahead`).
+    pub lookahead: usize,
     /// The links between ranks (`None`: one machine's default, 20 µs + 5 GB/s; `sim --links`
     /// gives the bands measured by `datahelix perf alltoallv` on the machine that runs the
     /// real side).
@@ -527,7 +531,7 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         global_batch: run.global_batch,
         steps: run.steps,
         warmup: run.warmup,
-        lookahead: 2,
+        lookahead: run.lookahead,
         seed: run.seed,
         params,
         formula: TokenFormula::Tokens,
