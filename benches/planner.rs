@@ -10,8 +10,10 @@
 //!   them: the batching of every rank, the decode placement of its own planning group
 //!   (`plan::groups`).
 //!
-//!     cargo bench --bench planner
-//!     cargo bench --bench planner -- plan_workload     # the workload inputs only
+//! ```text
+//! cargo bench --bench planner
+//! cargo bench --bench planner -- plan_workload     # the workload inputs only
+//! ```
 //!
 //! Goals (issue 5): ≤ 1 ms at 64 × 16 and ≤ 50 ms at 4096 × 8; issue 20: ≤ 20 ms on average
 //! and ≤ 50 ms at worst on the suite's workloads at 4096 ranks.

@@ -177,6 +177,9 @@ pub(super) struct Rejected {
     pub reason: String,
 }
 
+/// The samples [`submit`] queued, `(id, relative path)` in order, and those it rejected.
+type Submitted = (Vec<(u64, String)>, Vec<Rejected>);
+
 /// Queues samples of `index` (all, or `ids`) on `pool`, deadline = position in the request.
 /// Returns the submitted `(id, relative path)` in order, and the rejected ones.
 pub(super) fn submit(
@@ -185,7 +188,7 @@ pub(super) fn submit(
     ids: &[u64],
     mode: Mode,
     strategy: Option<Strategy>,
-) -> Result<(Vec<(u64, String)>, Vec<Rejected>), CliError> {
+) -> Result<Submitted, CliError> {
     let positions: Vec<Result<usize, u64>> = if ids.is_empty() {
         (0..index.len()).map(Ok).collect()
     } else {

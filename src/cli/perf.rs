@@ -214,7 +214,7 @@ pub fn run(args: PerfArgs) -> Result<i32, CliError> {
             None => break,
         };
     }
-    if raw_comm.is_some() && sizes.iter().any(|&s| s.checked_mul(n).map_or(true, |t| t > i32::MAX as usize)) {
+    if raw_comm.is_some() && sizes.iter().any(|&s| s.checked_mul(n).is_none_or(|t| t > i32::MAX as usize)) {
         return Err(CliError::usage("--raw: sizes x ranks must stay below 2^31 bytes (MPI int counts)"));
     }
     if c.rank() == 0 && !args.json {

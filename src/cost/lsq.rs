@@ -24,12 +24,15 @@ pub fn solve<const N: usize>(mut a: [[f64; N]; N], mut b: [f64; N]) -> Option<[f
         }
         a.swap(col, piv);
         b.swap(col, piv);
-        for r in col + 1..N {
-            let m = a[r][col] / a[col][col];
-            for c in col..N {
-                a[r][c] -= m * a[col][c];
+        // Eliminate the column below the pivot (the rows beneath it, and their right-hand sides).
+        let (above, below) = a.split_at_mut(col + 1);
+        let (pivot_row, pivot_b) = (&above[col], b[col]);
+        for (row, b_r) in below.iter_mut().zip(&mut b[col + 1..]) {
+            let m = row[col] / pivot_row[col];
+            for (x, &p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
+                *x -= m * p;
             }
-            b[r] -= m * b[col];
+            *b_r -= m * pivot_b;
         }
     }
     let mut x = [0.0; N];

@@ -729,7 +729,7 @@ impl Decoder {
             }
             let t = self.frame.pts().map(|p| time_of(p, self.start, tb));
             if let Some(t) = t {
-                if latest.map_or(true, |l| t.cmp_exact(&l).is_gt()) {
+                if latest.is_none_or(|l| t.cmp_exact(&l).is_gt()) {
                     latest = Some(t);
                 }
             }

@@ -261,7 +261,7 @@ fn previous_descriptors(index_path: &Path) -> HashMap<(u64, String), Descriptor>
 fn reusable(previous: &HashMap<(u64, String), Descriptor>, dir: &Path, e: &Entry) -> Option<Descriptor> {
     let old = previous.get(&(e.id, e.path.clone()))?;
     let root = std::fs::canonicalize(dir).ok()?;
-    unchanged(&root, &e.path, old).then(|| Descriptor {
+    unchanged(&root, &e.path, old).then_some(Descriptor {
         text_tokens: e.text_tokens,
         manifest_line: e.line,
         ..*old

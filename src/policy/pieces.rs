@@ -60,13 +60,13 @@ pub fn offer_pieces(
     ranks: usize,
     split_above_s: Option<f64>,
 ) -> Vec<Offered> {
+    // False for a deadline already past and for NaN times as well.
+    let late_and_long = due_s > 0.0 && decode_s > SPLIT_SHARE * due_s && decode_s >= MIN_SPLIT_S;
     let parts = match split_above_s {
         _ if ranks < 2 => return Vec::new(),
         Some(above) if decode_s > above => ranks as u32,
         Some(_) => return Vec::new(),
-        None if !(due_s > 0.0) || !(decode_s > SPLIT_SHARE * due_s) || decode_s < MIN_SPLIT_S => {
-            return Vec::new()
-        }
+        None if !late_and_long => return Vec::new(),
         None => (decode_s / (SPLIT_SHARE * due_s)).ceil().clamp(2.0, MAX_PARTS as f64) as u32,
     };
     let ranges = split_targets(d, params, parts);

@@ -865,7 +865,7 @@ impl<'b> Pending<'b> {
 
     /// Whether request `i` has completed (its handle is `MPI_REQUEST_NULL`).
     pub fn is_done(&self, i: usize) -> bool {
-        self.reqs.get(i).map_or(true, |r| *r == null_request())
+        self.reqs.get(i).is_none_or(|r| *r == null_request())
     }
 
     /// Tests every incomplete request once (`MPI_Test`); `Ok(true)` when all are complete. An
