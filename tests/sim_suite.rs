@@ -100,6 +100,12 @@ fn the_cpu_budget_is_the_named_share_of_the_accelerator() {
 fn a_deeper_lookahead_starts_the_camera_originals_runs_in_time() {
     let (w, cal) = sim::load(Path::new("scripts/workloads/egoexo4d_4k.toml")).unwrap();
     assert_eq!(w.run.lookahead, 2, "the protocol's prefetch");
+    let tiny = Overrides { steps: Some(3), lookahead: Some(5), ..Overrides::default() };
+    assert_eq!(
+        sim::run_policies(&w, &cal, &[Policy::RankLocal], &tiny).unwrap().lookahead,
+        5,
+        "results say it"
+    );
     let run = |policy: Policy, lookahead: usize| {
         let over = Overrides { steps: Some(40), lookahead: Some(lookahead), ..Overrides::default() };
         let (cfg, data) = sim::prepare(&w, &cal, policy, &over).unwrap();
@@ -196,6 +202,7 @@ fn result(name: &str, regime: &str, helix: f64, rank_local: f64, miss: (f64, f64
         workers_per_rank: 1,
         cores_per_rank: 1.0,
         steps: 10,
+        lookahead: 2,
         policies,
     }
 }

@@ -113,8 +113,15 @@ fn policies(arg: &str) -> Result<Vec<Policy>, CliError> {
 
 fn print_workload(w: &WorkloadResult) {
     println!(
-        "{} ({}) — {} ranks, global batch {}, {} workers/rank on {:.2} cores, {} steps",
-        w.workload, w.regime, w.ranks, w.global_batch, w.workers_per_rank, w.cores_per_rank, w.steps
+        "{} ({}) — {} ranks, global batch {}, {} workers/rank on {:.2} cores, {} steps, lookahead {}",
+        w.workload,
+        w.regime,
+        w.ranks,
+        w.global_batch,
+        w.workers_per_rank,
+        w.cores_per_rank,
+        w.steps,
+        w.lookahead
     );
     println!(
         "  {:<16} {:>12} {:>9} {:>11} {:>10} {:>10} {:>11}",

@@ -292,6 +292,8 @@ pub struct WorkloadResult {
     pub cores_per_rank: f64,
     /// Steps (warm-up included).
     pub steps: u64,
+    /// Steps decoded ahead, every policy alike (the protocol's prefetch is 2).
+    pub lookahead: usize,
     /// Per policy.
     pub policies: std::collections::BTreeMap<String, PolicyResult>,
 }
@@ -333,6 +335,7 @@ pub fn run_policies_with(
         workers_per_rank: cfg.workers[0] as usize,
         cores_per_rank: cfg.cores[0],
         steps: over.steps.unwrap_or(w.run.steps),
+        lookahead: cfg.lookahead,
         policies: Default::default(),
     };
     if let Some(n) = over.workers_per_rank {
