@@ -52,6 +52,7 @@ fn arb_input() -> impl Strategy<Value = PlanInput> {
                     pieces: Vec::new(),
                     exchange_s: (seed % 3) as f64 * 0.02,
                     decode_pace_s: 0.0,
+                    decode_pace_spread_s: 0.0,
                 }
             })
         },

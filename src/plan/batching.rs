@@ -60,13 +60,14 @@ pub fn lower_bound(items: &Items<'_>, ranks: usize) -> u64 {
 /// accelerators, set the step's length, and a rank whose accelerator finishes sooner only
 /// waits the longer for its next batch. So the most loaded rank takes samples from the others
 /// (the heaviest that fit, from ranks keeping at least one) until its load reaches `target`
-/// (the pace less the accelerator's constant) and half as far again past it as `target` lies
-/// past the balanced load (the pace is a mean: a step stretched to it alone leaves the CPUs
-/// late about every other step). The step is then no longer than the CPUs make it, every
-/// rank's CPUs get that whole step to prepare the next batch, and the wait moves from the
-/// input to the gradient sync, where the ranks that finish sooner spend it anyway. Memory caps
-/// are kept; `used` (bytes per rank) is updated. Returns the load it aimed at (0: the step was
-/// not decode-bound, or has one rank).
+/// (the pace less the accelerator's constant) plus a margin: half as far again past it as
+/// `target` lies past the balanced load, at most `margin_cap` (the pace is a mean: a step
+/// stretched to it alone leaves the CPUs late about every other step; how far past it a step
+/// must reach is how much the pace moves, [`stretch_margin_cap_ns`]). The step is then no longer
+/// than the CPUs make it, every rank's CPUs get that whole step to prepare the next batch, and
+/// the wait moves from the input to the gradient sync, where the ranks that finish sooner spend
+/// it anyway. Memory caps are kept; `used` (bytes per rank) is updated. Returns the load it
+/// aimed at (0: the step was not decode-bound, or has one rank).
 ///
 /// ```
 /// use datahelix::plan::batching::{loads, stretch, Items};
@@ -76,12 +77,22 @@ pub fn lower_bound(items: &Items<'_>, ranks: usize) -> u64 {
 /// let (weight, id) = ([2, 2, 2, 1], [0, 1, 2, 3]);
 /// let items = Items { weight: &weight, mem: &[0; 4], id: &id };
 /// let mut owner = vec![0, 0, 1, 1];
-/// assert_eq!(stretch(&items, &mut owner, 6, &[0; 2], &mut [0; 2]), 7);
+/// assert_eq!(stretch(&items, &mut owner, 6, u64::MAX, &[0; 2], &mut [0; 2]), 7);
 /// assert_eq!(loads(&items, &owner, 2), vec![6, 1]);
+/// // A steady pace asks for less margin: at most 0 past it here.
+/// let mut steady = vec![0, 0, 1, 1];
+/// assert_eq!(stretch(&items, &mut steady, 6, 0, &[0; 2], &mut [0; 2]), 6);
 /// // A step whose balanced load already reaches the pace is left as it is.
-/// assert_eq!(stretch(&items, &mut owner, 5, &[0; 2], &mut [0; 2]), 0);
+/// assert_eq!(stretch(&items, &mut owner, 5, u64::MAX, &[0; 2], &mut [0; 2]), 0);
 /// ```
-pub fn stretch(items: &Items<'_>, owner: &mut [u32], target: u64, cap: &[u64], used: &mut [u64]) -> u64 {
+pub fn stretch(
+    items: &Items<'_>,
+    owner: &mut [u32],
+    target: u64,
+    margin_cap: u64,
+    cap: &[u64],
+    used: &mut [u64],
+) -> u64 {
     let ranks = cap.len();
     if target == 0 || ranks < 2 {
         return 0;
@@ -92,7 +103,7 @@ pub fn stretch(items: &Items<'_>, owner: &mut [u32], target: u64, cap: &[u64], u
     if load[s] >= target {
         return 0;
     }
-    let target = target + (target - load[s]) / 2;
+    let target = target + ((target - load[s]) / 2).min(margin_cap);
     let mut count = vec![0u32; ranks];
     for &o in owner.iter() {
         count[o as usize] += 1;
@@ -115,6 +126,31 @@ pub fn stretch(items: &Items<'_>, owner: &mut [u32], target: u64, cap: &[u64], u
 /// DistributedSampler's split: position p to rank p mod R.
 pub fn strided(n: usize, ranks: usize) -> Vec<u32> {
     (0..n).map(|p| (p % ranks.max(1)) as u32).collect()
+}
+
+/// How far past the CPUs' pace [`stretch`] may reach, nanoseconds, when the pace of recent
+/// steps has standard deviation `spread_s` over `ranks` ranks: the spread of one rank's share of
+/// the step (`spread_s · √ranks`: a step's pace averages over every rank's samples) times
+/// `1/√2`; `u64::MAX` (no cap) when the spread is unknown (0). Where the pace holds steady a
+/// stretch of half the gap to the balanced load overshoots it, and the step loses what it
+/// overshoots: at `cpu_per_accel` 3 that was a third of the pace (README, "Budgets far short of
+/// the decode work"). The factor was measured on the suite (8 and 64 ranks): 1/√2 kept every
+/// miss target at 1.25; at 64 ranks 1/2 let obelics-interleaved miss 0.092 of its rank-steps
+/// and 1/4 0.355 (rank-local 0.012).
+///
+/// ```
+/// use datahelix::plan::batching::stretch_margin_cap_ns;
+///
+/// assert_eq!(stretch_margin_cap_ns(0.0, 8), u64::MAX); // unknown: half the gap, as ever
+/// assert_eq!(stretch_margin_cap_ns(f64::NAN, 8), u64::MAX);
+/// // 0.1 s over 8 ranks: 0.1 · √8 / √2 = 0.2 s.
+/// assert!(stretch_margin_cap_ns(0.1, 8).abs_diff(200_000_000) <= 1);
+/// ```
+pub fn stretch_margin_cap_ns(spread_s: f64, ranks: usize) -> u64 {
+    if spread_s.is_nan() || spread_s <= 0.0 {
+        return u64::MAX;
+    }
+    (spread_s * (ranks as f64).sqrt() * std::f64::consts::FRAC_1_SQRT_2 * 1e9) as u64
 }
 
 fn fits(cap: &[u64], used: &[u64], r: usize, mem: u64) -> bool {

@@ -276,6 +276,11 @@ pub struct PlanInput {
     /// ([`crate::plan::batching::stretch`]). Inputs written without it read as 0.
     #[serde(default)]
     pub decode_pace_s: f64,
+    /// How much that pace moves: the standard deviation of the recent steps' paces, seconds (0:
+    /// unknown). It bounds how far past the pace a stretched step reaches
+    /// ([`crate::plan::batching::stretch_margin_cap_ns`]). Inputs written without it read as 0.
+    #[serde(default)]
+    pub decode_pace_spread_s: f64,
 }
 
 impl PlanInput {
@@ -291,6 +296,9 @@ impl PlanInput {
         }
         if !(self.decode_pace_s.is_finite() && self.decode_pace_s >= 0.0) {
             return Err(format!("decode_pace_s {} must be finite and ≥ 0", self.decode_pace_s));
+        }
+        if !(self.decode_pace_spread_s.is_finite() && self.decode_pace_spread_s >= 0.0) {
+            return Err(format!("decode_pace_spread_s {} must be finite and ≥ 0", self.decode_pace_spread_s));
         }
         if !(0.0..1.0).contains(&self.options.guard_share) {
             return Err(format!("options.guard_share {} must be in [0, 1)", self.options.guard_share));

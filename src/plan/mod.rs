@@ -273,7 +273,8 @@ pub(crate) fn plan_as(
         }
         if options.placement {
             let target = (ns(input.decode_pace_s) - c0 as i64).max(0) as u64;
-            let reached = batching::stretch(&items, &mut split, target, &caps, &mut used);
+            let margin_cap = batching::stretch_margin_cap_ns(input.decode_pace_spread_s, r);
+            let reached = batching::stretch(&items, &mut split, target, margin_cap, &caps, &mut used);
             if k == 0 && reached > 0 {
                 stretched = c0 + reached;
             }
@@ -478,6 +479,7 @@ mod tests {
             pieces,
             exchange_s: 0.0,
             decode_pace_s: 0.0,
+            decode_pace_spread_s: 0.0,
         }
     }
 
@@ -499,6 +501,11 @@ mod tests {
             (loads[0] - 1.0).abs() < 1e-9 && loads[1..].iter().all(|&a| (a - 0.6).abs() < 1e-9),
             "{loads:?}"
         );
+        // A steady pace (a spread of 0.05 s over 4 ranks) asks for less margin: 0.05 · √4 / √2.
+        input.decode_pace_spread_s = 0.05;
+        let steady = plan(&input).unwrap().stretch_s;
+        assert!((steady - (1.1 + 0.1 * std::f64::consts::FRAC_1_SQRT_2)).abs() < 1e-6, "{steady}");
+        input.decode_pace_spread_s = 0.0;
         // A pace the balanced step already covers changes nothing.
         input.decode_pace_s = 0.7;
         assert_eq!(plan(&input).unwrap().owner, balanced.owner);
@@ -507,6 +514,12 @@ mod tests {
             input.decode_pace_s = bad;
             let e = plan(&input).unwrap_err().to_string();
             assert!(e.contains("decode_pace_s"), "{e}");
+        }
+        input.decode_pace_s = 1.1;
+        for bad in [f64::NAN, f64::INFINITY, -1.0] {
+            input.decode_pace_spread_s = bad;
+            let e = plan(&input).unwrap_err().to_string();
+            assert!(e.contains("decode_pace_spread_s"), "{e}");
         }
     }
 
@@ -574,6 +587,7 @@ mod tests {
             pieces: Vec::new(),
             exchange_s: 0.0,
             decode_pace_s: 0.0,
+            decode_pace_spread_s: 0.0,
         };
         let node_of = vec![0, 0, 1, 1];
         let aware = plan(&input(TransferCost::per_node(&near, &far, node_of.clone()), 0.3)).unwrap();
@@ -633,6 +647,7 @@ mod tests {
             pieces: Vec::new(),
             exchange_s: 2.4,
             decode_pace_s: 0.0,
+            decode_pace_spread_s: 0.0,
         };
         let bare = plan(&input(0.0)).unwrap();
         assert_eq!(bare.owner[0], bare.owner[1], "batching put both light-token samples on one rank");

@@ -79,6 +79,7 @@ pub fn synthetic(kind: Kind, samples: usize, ranks: usize, lookahead: usize, see
         // As the loader's `ship_ahead`: tensors cross shortly before the first window ends.
         exchange_s: 0.9 * rank_states.iter().map(|r| r.accel_free_s).fold(f64::INFINITY, f64::min),
         decode_pace_s: 0.0,
+        decode_pace_spread_s: 0.0,
         ranks: rank_states,
     }
 }

@@ -350,6 +350,7 @@ mod tests {
             pieces: Vec::new(),
             exchange_s: 0.0,
             decode_pace_s: 0.0,
+            decode_pace_spread_s: 0.0,
         };
         let p = plan_step(Policy::Helix, 0, &input, plan::Scope::Every).unwrap();
         assert!(p.step_s() < 0.02, "the prior predicts {} s", p.step_s());

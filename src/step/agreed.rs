@@ -640,6 +640,7 @@ impl Agreed {
             window.push_back(value);
         }
         let pace = if measured { self.cpu_pace_s(t, catalog, workers) } else { 0.0 };
+        let pace_spread = spread(&self.paces);
         let states: Vec<RankState> = (0..self.ranks)
             .map(|r| {
                 let reported = self.states.get(r).copied().unwrap_or(RankState {
@@ -665,6 +666,7 @@ impl Agreed {
             pieces: offer.pieces.clone(),
             exchange_s: exchange,
             decode_pace_s: pace,
+            decode_pace_spread_s: pace_spread,
         };
         let clock = Instant::now();
         let plan = policy::plan_step(self.cfg.policy, t, &input, self.scope)?;
@@ -779,4 +781,15 @@ impl Agreed {
     pub fn tokens(&self, text: u32, shape: [usize; 4]) -> u64 {
         self.cfg.formula.count(text, shape[0] as u32, shape[1] as u32, shape[2] as u32)
     }
+}
+
+/// The standard deviation of `values` (of the whole window, not an estimate of a wider one); 0
+/// for fewer than two.
+fn spread(values: &VecDeque<f64>) -> f64 {
+    if values.len() < 2 {
+        return 0.0;
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    (values.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n).sqrt()
 }
