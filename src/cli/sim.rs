@@ -273,7 +273,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
                 overhead_s: args.overhead_s,
                 check_plan: !args.no_check_plan,
                 decode_scale: args.decode_scale,
-                lookahead: args.lookahead.unwrap_or(2),
+                lookahead: args.lookahead.unwrap_or(crate::exec::loader::DEFAULT_LOOKAHEAD),
             };
             let r = sim::run_data(dir, &cal, &run).map_err(CliError::usage)?;
             let pr = PolicyResult::of(&r);

@@ -60,7 +60,7 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 0)]
     pub plan_group_ranks: u32,
     /// Steps decoded ahead of the one in training (prefetch; the protocol allows 2).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = crate::exec::loader::DEFAULT_LOOKAHEAD)]
     pub lookahead: usize,
     /// Bytes of decoded tensors a rank's pool may hold, MiB.
     #[arg(long, default_value_t = 1024)]

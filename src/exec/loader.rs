@@ -136,6 +136,10 @@ pub struct LoaderConfig {
     pub plan_group_ranks: u32,
 }
 
+/// [`LoaderConfig::lookahead`]'s default: the protocol's prefetch limit (`PROTOCOL.md`, "CPU
+/// budget": at most 2 steps ahead per rank).
+pub const DEFAULT_LOOKAHEAD: usize = 2;
+
 /// [`LoaderConfig::ship_margin_s`]'s default: 100 ms, ample for a few MiB on one machine.
 pub const DEFAULT_SHIP_MARGIN_S: f64 = 0.1;
 
@@ -154,7 +158,7 @@ impl LoaderConfig {
             workers: 4,
             seed: 0,
             steps: u64::MAX,
-            lookahead: 2,
+            lookahead: DEFAULT_LOOKAHEAD,
             params: Params::default(),
             budget_bytes: 512 << 20,
             decode_timeout: Some(crate::decode::pool::DEFAULT_DECODE_TIMEOUT),

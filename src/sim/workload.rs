@@ -167,7 +167,7 @@ fn default_warmup() -> u64 {
     5
 }
 fn default_lookahead() -> usize {
-    2
+    crate::exec::loader::DEFAULT_LOOKAHEAD
 }
 
 /// Links: `α` seconds and `β` bytes per second within and between nodes.

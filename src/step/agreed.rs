@@ -640,7 +640,7 @@ impl Agreed {
             window.push_back(value);
         }
         let pace = if measured { self.cpu_pace_s(t, catalog, workers) } else { 0.0 };
-        let pace_spread = spread(&self.paces);
+        let pace_spread = std_dev(&self.paces);
         let states: Vec<RankState> = (0..self.ranks)
             .map(|r| {
                 let reported = self.states.get(r).copied().unwrap_or(RankState {
@@ -784,8 +784,8 @@ impl Agreed {
 }
 
 /// The standard deviation of `values` (of the whole window, not an estimate of a wider one); 0
-/// for fewer than two.
-fn spread(values: &VecDeque<f64>) -> f64 {
+/// for fewer than two. (Not the cost models' `spread`, a log-residual of predictions.)
+fn std_dev(values: &VecDeque<f64>) -> f64 {
     if values.len() < 2 {
         return 0.0;
     }
