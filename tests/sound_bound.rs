@@ -24,6 +24,8 @@ proptest! {
         steps in 6u64..24,
         lookahead in 1usize..4,
         sigma in prop::sample::select(vec![0.0f64, 0.05, 0.3]),
+        // 0: the file's workers; else at most this many a rank (a budget above the workers).
+        workers_cap in prop::sample::select(vec![0u32, 0, 1, 2]),
         seed in any::<u64>(),
     ) {
         let files = workloads();
@@ -39,12 +41,15 @@ proptest! {
             let (mut cfg, data) = sim::prepare(&w, &cal, policy, &over).unwrap();
             cfg.lookahead = lookahead;
             cfg.profile.sigma = sigma;
+            if workers_cap > 0 {
+                cfg.workers.iter_mut().for_each(|w| *w = (*w).min(workers_cap));
+            }
             let run = sim::simulate(&cfg, &data).unwrap();
             let s = &run.summary;
             prop_assert!(
                 s.efficiency <= 1.0 + 1e-9,
-                "{} {policy} at {ranks} ranks, budget {cpu_per_accel}, lookahead {lookahead}, σ {sigma}: \
-                 efficiency {} (bound {} s, wall {} s)",
+                "{} {policy} at {ranks} ranks, budget {cpu_per_accel}, lookahead {lookahead}, σ {sigma}, \
+                 workers cap {workers_cap}: efficiency {} (bound {} s, wall {} s)",
                 w.name, s.efficiency, s.ideal_s, s.wall_s
             );
             prop_assert!(s.ideal_s >= s.accel_bound_s - 1e-9, "the bound holds the accelerator's sum");
@@ -95,4 +100,34 @@ fn a_keyframe_run_longer_than_the_steps_binds_and_helix_comes_close() {
     };
     let loose = summarize(&bare, shape).ideal_s;
     assert!(s.ideal_s > 1.3 * loose, "bound {} s with the runs, {loose} s without", s.ideal_s);
+}
+
+#[test]
+fn a_budget_beyond_the_workers_does_not_shorten_the_bound() {
+    // One single-threaded worker a rank with four cores each: decoding uses at most one core a
+    // rank, so the bound counts one, not four — and no policy beats it even so.
+    let (w, cal) = sim::load(Path::new("scripts/workloads/kinetics700_10s.toml")).unwrap();
+    let over = Overrides { ranks: Some(4), steps: Some(30), ..Overrides::default() };
+    for policy in [Policy::Helix, Policy::RankLocal] {
+        let (mut cfg, data) = sim::prepare(&w, &cal, policy, &over).unwrap();
+        cfg.workers = vec![1; 4];
+        cfg.cores = vec![4.0; 4];
+        let run = sim::simulate(&cfg, &data).unwrap();
+        let s = &run.summary;
+        let shape = |cores| RunShape { warmup: cfg.warmup, ranks: 4, cores, lookahead: cfg.lookahead as u64 };
+        let budget = summarize(&run.records, shape(16.0));
+        let workers = summarize(&run.records, shape(4.0));
+        assert_eq!(
+            (workers.ideal_s, workers.efficiency),
+            (s.ideal_s, s.efficiency),
+            "{policy}: the summary counts one core a worker"
+        );
+        assert!(s.efficiency <= 1.0 + 1e-9, "{policy}: efficiency {}", s.efficiency);
+        assert!(
+            s.ideal_s > 1.5 * budget.ideal_s,
+            "{policy}: bound {} s on the workers' cores, {} s on the budget's",
+            s.ideal_s,
+            budget.ideal_s
+        );
+    }
 }

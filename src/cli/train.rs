@@ -13,10 +13,10 @@ use crate::collective::ReduceOp;
 use crate::comm;
 use crate::emu::Profile;
 use crate::exec::emulated::EmulatedAccelerator;
-use crate::exec::loader::{Loader, LoaderConfig};
+use crate::exec::loader::{budget_per_rank, Loader, LoaderConfig};
 use crate::exec::state::LoaderState;
 use crate::metrics::trace::{write_trace, RankMeta};
-use crate::metrics::{summarize, RankStep, RunShape, Span, TrainResult};
+use crate::metrics::{summarize, usable_cores, RankStep, RunShape, Span, TrainResult};
 use crate::policy::Policy;
 
 /// Run emulated training steps and measure the input pipeline (PROTOCOL.md).
@@ -310,7 +310,9 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         spans.extend(s);
     }
     records.sort_by_key(|r| (r.step, r.rank));
-    let shape = RunShape { warmup: args.warmup, ranks, cores, lookahead: args.lookahead as u64 };
+    let (workers_per_rank, cores_per_rank) = budget_per_rank(cores, ranks, args.workers);
+    let usable = usable_cores(&cores_per_rank, &workers_per_rank);
+    let shape = RunShape { warmup: args.warmup, ranks, cores: usable, lookahead: args.lookahead as u64 };
     let mut summary = summarize(&records, shape);
     summary.rebalances_run = counters.rebalances_run;
     summary.rebalances_skipped = counters.rebalances_skipped;

@@ -484,6 +484,24 @@ fn workers_of(rank: usize, ranks: usize, total: usize) -> u32 {
     (total / ranks + usize::from(rank < total % ranks)).max(1) as u32
 }
 
+/// Each rank's decode workers and the cores they share, for `workers` (W) across `ranks` on a
+/// budget of `cores`: W / R workers a rank (the remainder to low ranks, at least one each), and
+/// `cores × (workers of the rank) / W` cores — the protocol's per-rank budget, which the
+/// loader's CPU group enforces.
+///
+/// ```
+/// use datahelix::exec::loader::budget_per_rank;
+///
+/// let (workers, cores) = budget_per_rank(6.0, 4, 8);
+/// assert_eq!(workers, vec![2; 4]);
+/// assert_eq!(cores, vec![1.5; 4]);
+/// ```
+pub fn budget_per_rank(cores: f64, ranks: usize, workers: usize) -> (Vec<u32>, Vec<f64>) {
+    let here: Vec<u32> = (0..ranks).map(|r| workers_of(r, ranks, workers)).collect();
+    let share = here.iter().map(|&w| cores * f64::from(w) / workers.max(1) as f64).collect();
+    (here, share)
+}
+
 /// How often a rank waiting for its decodes answers peers' watchdog queries, in seconds.
 const WATCHDOG_SERVE_S: f64 = 0.05;
 
@@ -590,7 +608,7 @@ impl<'w> Loader<'w> {
             std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
         };
         let group = if cfg.cpu_budget {
-            CpuGroup::create(&cfg.job, rank, cores * workers_here as f64 / cfg.workers as f64)
+            CpuGroup::create(&cfg.job, rank, budget_per_rank(cores, ranks, cfg.workers).1[rank])
         } else {
             CpuGroup::none("not asked for (--no-cpu-budget)")
         };

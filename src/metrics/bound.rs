@@ -63,7 +63,10 @@
 //!    after `ready(j − L)`. It is decoded before its rank's accelerator starts step `j`, so
 //!    before `end(j)`. So the decodes of steps `a … s` all run inside
 //!    `[ready(a − L), max(end(s−1), D_s)]`, `D_s` the end of step `s`'s last decode, on at most
-//!    `C` cores: `max(end(s−1), D_s) ≥ ready(a − L) + CPU(a … s) / C`. Only windows that open
+//!    `C` cores: `max(end(s−1), D_s) ≥ ready(a − L) + CPU(a … s) / C`. A decode worker is
+//!    single-threaded (`PROTOCOL.md`), so `C` is the cores the workers can use: per rank its
+//!    budget or its worker count, whichever is less ([`super::usable_cores`]) — four ranks of
+//!    one worker decode on at most four cores, however large their budgets. Only windows that open
 //!    inside the measured steps (`a − L ≥ w`) are used: decodes of earlier windows may have run
 //!    during the warm-up.
 //! 3. **After the last decode of a step**, the rank that waited for it still trains a step:

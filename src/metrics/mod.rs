@@ -85,6 +85,23 @@ pub struct AccelTerms {
     pub noise: f64,
 }
 
+/// The cores a run's decoding can use, all ranks together: per rank, its budget or one core a
+/// worker, whichever is less (a decode worker is single-threaded). The bound's decode term
+/// divides by this: a budget above the workers' count cannot be used, so it does not shorten
+/// the bound.
+///
+/// ```
+/// use datahelix::metrics::usable_cores;
+///
+/// // Four ranks of one worker each, 3 cores a rank: at most 4 cores decode at once.
+/// assert_eq!(usable_cores(&[3.0; 4], &[1; 4]), 4.0);
+/// // Below a core a worker the budget binds.
+/// assert_eq!(usable_cores(&[0.375; 4], &[1; 4]), 1.5);
+/// ```
+pub fn usable_cores(cores_per_rank: &[f64], workers_per_rank: &[u32]) -> f64 {
+    cores_per_rank.iter().zip(workers_per_rank).map(|(&c, &w)| c.min(f64::from(w))).sum()
+}
+
 /// What a run's summary needs besides its records.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RunShape {
@@ -92,7 +109,9 @@ pub struct RunShape {
     pub warmup: u64,
     /// Ranks.
     pub ranks: usize,
-    /// Cores of the decode budget, all ranks together.
+    /// Cores the decode workers can use, all ranks together: each rank's budget, but no more
+    /// than one core a worker, since a worker decodes single-threaded (`PROTOCOL.md`, "CPU
+    /// budget") — [`usable_cores`].
     pub cores: f64,
     /// Steps decoded ahead of the one in training.
     pub lookahead: u64,

@@ -27,7 +27,7 @@ use crate::decode::split::FrameRange;
 use crate::descriptor::Descriptor;
 use crate::emu::Profile;
 use crate::exec::exchange::HEADER;
-use crate::metrics::{summarize, RankStep, RunShape, Summary};
+use crate::metrics::{summarize, usable_cores, RankStep, RunShape, Summary};
 use crate::plan::record::RECORD_BYTES;
 use crate::plan::TransferCost;
 use crate::policy::Policy;
@@ -560,7 +560,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         }
         now = next;
     }
-    let cores: f64 = cfg.cores.iter().sum();
+    let cores = usable_cores(&cfg.cores, &cfg.workers);
     let shape = RunShape { warmup: cfg.warmup, ranks: r_n, cores, lookahead: cfg.lookahead as u64 };
     let mut summary = summarize(&out, shape);
     let counters = cluster.ranks[0].engine.counters();
