@@ -72,6 +72,12 @@ impl CliError {
     pub fn usage(message: impl Into<String>) -> Self {
         CliError { code: EXIT_USAGE, message: message.into() }
     }
+
+    /// An error whose message the command has printed already (exit `code`): [`run`] prints
+    /// nothing more.
+    pub fn said(code: i32) -> Self {
+        CliError { code, message: String::new() }
+    }
 }
 
 /// Runs a parsed command line; returns the process exit status.
@@ -91,7 +97,9 @@ pub fn run(cli: Cli) -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("datahelix: {}", e.message);
+            if !e.message.is_empty() {
+                eprintln!("datahelix: {}", e.message);
+            }
             e.code
         }
     }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use clap::Args;
 use serde_json::json;
 
-use super::CliError;
+use super::{CliError, EXIT_USAGE};
 use crate::collective::ReduceOp;
 use crate::comm;
 use crate::emu::Profile;
@@ -209,8 +209,17 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         Some(state) => Loader::resume(c, cfg, state),
         None => Loader::new(c, cfg),
     };
-    // Every rank fails here together (the loader's fingerprint check is collective).
-    let mut loader = opened.map_err(|e| CliError::usage(e.to_string()))?;
+    // Every rank fails here together (the loader's fingerprint check is collective). Each says
+    // why at once, before the world ends: ending it waits for the other ranks, and a rank that
+    // only learned of another's failure and exits first has the launcher stop that rank before
+    // it could name its own cause (a dataset folder that is not there, say).
+    let mut loader = match opened {
+        Ok(loader) => loader,
+        Err(e) => {
+            eprintln!("datahelix: {e}");
+            return Err(CliError::said(EXIT_USAGE));
+        }
+    };
     let first_step = state.as_ref().map_or(0, |s| s.next_step);
     let (budget, why) = loader.cpu_budget();
     if rank == 0 {
