@@ -34,6 +34,10 @@
 # link's bandwidth when their cores are busy. LINKS=FILE takes a saved perf JSON; LINKS=default
 # keeps the simulator's 20 µs + 5 GB/s. REAL=reuse skips the real runs and compares with those
 # already in OUT (train-POLICY-K.json, and links.json when LINKS=auto).
+#
+# CFS_PERIOD_MS=P simulates each rank's budget as the kernel's quota gives it, in P-ms periods
+# (`sim --cfs-period-ms`; the loader's CPU groups use 100): a rank's workers run at a core each
+# until the period's share is spent, then wait. Unset: the cores are shared smoothly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${1:?usage: scripts/sim_validate.sh DATA_DIR [RANKS] [WORKERS] [STEPS] [GLOBAL_BATCH]}
@@ -74,7 +78,8 @@ done
 sim() {
   "$bin" sim --data "$data" --ranks "$ranks" --workers "$workers" --cores "$cores" --global-batch "$gb" \
     --steps "$steps" --warmup 3 --profile "$profile" --overhead-s "${OVERHEAD_S:-0}" \
-    --calibration "${CALIBRATION:-scripts/workloads/calibration.json}" "${links_arg[@]}" --json "$@"
+    --calibration "${CALIBRATION:-scripts/workloads/calibration.json}" "${links_arg[@]}" \
+    ${CFS_PERIOD_MS:+--cfs-period-ms "$CFS_PERIOD_MS"} --json "$@"
 }
 scale=${DECODE_SCALE:-auto}
 if [ "$scale" = auto ]; then

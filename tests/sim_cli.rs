@@ -39,6 +39,39 @@ fn bad_workload_files_say_which_file_and_field() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+#[test]
+fn the_cpu_quota_period_is_checked_and_changes_when_short_jobs_run() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--workload",
+            "scripts/workloads/panda70m.toml",
+            "--steps",
+            "12",
+            "--policy",
+            "rank-local",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        sim(&args)
+    };
+    for bad in ["0", "-5", "NaN", "inf"] {
+        let arg = format!("--cfs-period-ms={bad}");
+        let out = run(&[&arg]);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--cfs-period-ms"), "{bad}");
+    }
+    let wall = |out: std::process::Output| -> f64 {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["policies"]["rank-local"]["throughput"].as_f64().unwrap()
+    };
+    // panda70m decodes one short clip at a time on a worker and a fraction of a core: in 100-ms
+    // periods a job waits for its rank's share to come round; the run's pace moves with it.
+    let (smooth, grained) = (wall(run(&[])), wall(run(&["--cfs-period-ms", "100"])));
+    assert!(smooth > 0.0 && grained > 0.0);
+    assert_ne!(smooth, grained, "the quota's grain changed nothing");
+}
+
 /// `sim --data --links`: the links come from `datahelix perf alltoallv --json`; slow ones slow
 /// a policy that moves tensors every step, and a bad file is named.
 #[test]

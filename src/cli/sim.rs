@@ -46,6 +46,11 @@ pub struct SimArgs {
     /// the protocol allows 2; default: the workload file's `run.lookahead`, else 2).
     #[arg(long)]
     pub lookahead: Option<usize>,
+    /// Give each rank's cores as the kernel's CFS quota does, in periods of this many
+    /// milliseconds (the loader's CPU group uses 100): a rank's workers run at a core each until
+    /// the period's share is spent, then wait for the next period. Default: shared smoothly.
+    #[arg(long)]
+    pub cfs_period_ms: Option<f64>,
     /// A policy or `all`.
     #[arg(long, default_value = "all")]
     pub policy: String,
@@ -167,6 +172,13 @@ fn write_records(dir: &std::path::Path, p: Policy, run: &sim::SimRun) -> Result<
 /// Runs `datahelix sim`.
 pub fn run(args: SimArgs) -> Result<i32, CliError> {
     let pols = policies(&args.policy)?;
+    if let Some(ms) = args.cfs_period_ms {
+        if !(ms.is_finite() && ms > 0.0) {
+            return Err(CliError::usage(format!(
+                "--cfs-period-ms {ms}: expected a period in milliseconds above 0 (the kernel's default is 100)"
+            )));
+        }
+    }
     let over = Overrides {
         ranks: args.ranks,
         workers_per_rank: args.workers_per_rank,
@@ -176,6 +188,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
         cpu_per_accel: args.cpu_per_accel,
         plan_group_ranks: args.plan_group_ranks,
         lookahead: args.lookahead,
+        cfs_period_s: args.cfs_period_ms.map(|ms| ms / 1e3),
     };
     let emit = |doc: &serde_json::Value| -> Result<(), CliError> {
         if args.json || args.out.is_some() {
@@ -274,6 +287,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
                 check_plan: !args.no_check_plan,
                 decode_scale: args.decode_scale,
                 lookahead: args.lookahead.unwrap_or(crate::exec::loader::DEFAULT_LOOKAHEAD),
+                cfs_period_s: args.cfs_period_ms.map_or(0.0, |ms| ms / 1e3),
             };
             let r = sim::run_data(dir, &cal, &run).map_err(CliError::usage)?;
             let pr = PolicyResult::of(&r);

@@ -83,6 +83,9 @@ pub struct SimConfig {
     pub plan_group_ranks: u32,
     /// Keep every planner input in [`SimRun::plan_inputs`] (the planner bench plans them again).
     pub keep_plan_inputs: bool,
+    /// The CPU quota's period, seconds: each rank's cores given as the kernel's CFS quota
+    /// gives them ([`super::engine::CpuPool::with_quota_period`]); 0: shared smoothly.
+    pub cfs_period_s: f64,
 }
 
 impl SimConfig {
@@ -487,7 +490,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                 (1000.0 * cfg.cores[r] / cfg.workers[r] as f64).round().clamp(1.0, 1000.0) as u32;
             Rank {
                 engine: Engine::new(r, r_n, cfg.workers[r], millicores),
-                pool: CpuPool::new(cfg.workers[r] as usize, cfg.cores[r]),
+                pool: CpuPool::new(cfg.workers[r] as usize, cfg.cores[r]).with_quota_period(cfg.cfs_period_s),
                 t: 0.0,
                 tags: Vec::new(),
                 pending: None,

@@ -83,6 +83,9 @@ pub struct Overrides {
     pub plan_group_ranks: Option<u32>,
     /// Steps decoded ahead ([`workload::Run::lookahead`]; the protocol allows 2).
     pub lookahead: Option<usize>,
+    /// The CPU quota's period, seconds ([`engine::CpuPool::with_quota_period`]; None: the
+    /// cores are shared smoothly).
+    pub cfs_period_s: Option<f64>,
 }
 
 /// The configuration and data of a workload under `over`.
@@ -149,6 +152,7 @@ pub fn prepare(
         check_plan: false,
         plan_group_ranks: over.plan_group_ranks.unwrap_or(0),
         keep_plan_inputs: false,
+        cfs_period_s: over.cfs_period_s.unwrap_or(0.0),
     };
     Ok((cfg, SimData::new(descriptors, decode_s, cal.clone())?))
 }
@@ -494,6 +498,9 @@ pub struct DataRun {
     pub decode_scale: f64,
     /// Steps decoded ahead (`train --lookahead`).
     pub lookahead: usize,
+    /// The CPU quota's period, seconds (0: the cores are shared smoothly;
+    /// [`engine::CpuPool::with_quota_period`]).
+    pub cfs_period_s: f64,
     /// The links between ranks (`None`: one machine's default, 20 µs + 5 GB/s; `sim --links`
     /// gives the bands measured by `datahelix perf alltoallv` on the machine that runs the
     /// real side).
@@ -553,6 +560,7 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         check_plan: run.check_plan,
         plan_group_ranks: 0,
         keep_plan_inputs: false,
+        cfs_period_s: run.cfs_period_s,
     };
     simulate(&cfg, &SimData::new(descriptors, decode_s, cal.clone())?)
 }
