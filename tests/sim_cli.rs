@@ -54,7 +54,7 @@ fn the_cpu_quota_period_is_checked_and_changes_when_short_jobs_run() {
         args.extend_from_slice(extra);
         sim(&args)
     };
-    for bad in ["0", "-5", "NaN", "inf"] {
+    for bad in ["0", "-5", "NaN", "inf", "0.5", "2000"] {
         let arg = format!("--cfs-period-ms={bad}");
         let out = run(&[&arg]);
         assert_eq!(out.status.code(), Some(2), "{bad}");

@@ -47,8 +47,9 @@ pub struct SimArgs {
     #[arg(long)]
     pub lookahead: Option<usize>,
     /// Give each rank's cores as the kernel's CFS quota does, in periods of this many
-    /// milliseconds (the loader's CPU group uses 100): a rank's workers run at a core each until
-    /// the period's share is spent, then wait for the next period. Default: shared smoothly.
+    /// milliseconds, 1 to 1000 (the loader's CPU group uses 100): a rank's workers run at a core
+    /// each until the period's share is spent, then wait for the next period. Default: shared
+    /// smoothly.
     #[arg(long)]
     pub cfs_period_ms: Option<f64>,
     /// A policy or `all`.
@@ -173,9 +174,10 @@ fn write_records(dir: &std::path::Path, p: Policy, run: &sim::SimRun) -> Result<
 pub fn run(args: SimArgs) -> Result<i32, CliError> {
     let pols = policies(&args.policy)?;
     if let Some(ms) = args.cfs_period_ms {
-        if !(ms.is_finite() && ms > 0.0) {
+        if !(1.0..=1000.0).contains(&ms) {
             return Err(CliError::usage(format!(
-                "--cfs-period-ms {ms}: expected a period in milliseconds above 0 (the kernel's default is 100)"
+                "--cfs-period-ms {ms}: expected 1 to 1000 milliseconds, the periods the kernel accepts \
+                 (its default and the loader's is 100)"
             )));
         }
     }
