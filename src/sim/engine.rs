@@ -215,6 +215,14 @@ impl CpuPool {
             return;
         };
         let (n, budget) = (self.running.len() as f64, self.cores * q.period_s);
+        if n == 0.0 {
+            // Idle: nothing is spent; the quota is whole again once a period boundary passes.
+            let index = (target / q.period_s).floor();
+            if index > q.index {
+                (q.index, q.left_s) = (index, budget);
+            }
+            self.now = target;
+        }
         while self.now < target {
             let end = (q.index + 1.0) * q.period_s;
             let span = (end.min(target)) - self.now;
