@@ -531,9 +531,8 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         return Err(format!("decode scale {} must be a positive number", run.decode_scale));
     }
     let r = run.ranks.max(1);
-    let workers: Vec<u32> =
-        (0..r).map(|q| (run.workers / r + usize::from(q < run.workers % r)).max(1) as u32).collect();
-    let cores: Vec<f64> = workers.iter().map(|&w| run.cores * w as f64 / run.workers.max(1) as f64).collect();
+    // The loader's own share of workers and cores per rank, as `train` gets them.
+    let (workers, cores) = crate::exec::loader::budget_per_rank(run.cores, r, run.workers);
     let cfg = SimConfig {
         policy: run.policy,
         workers,
