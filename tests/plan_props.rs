@@ -53,6 +53,7 @@ fn arb_input() -> impl Strategy<Value = PlanInput> {
                     exchange_s: (seed % 3) as f64 * 0.02,
                     decode_pace_s: 0.0,
                     decode_pace_spread_s: 0.0,
+                    late_pieces: false,
                 }
             })
         },

@@ -185,6 +185,7 @@ fn result(name: &str, regime: &str, helix: f64, rank_local: f64, miss: (f64, f64
         plan_s_per_step: 0.0,
         plan_max_s: 0.0,
         stretched_steps: 0,
+        late_steps: 0,
         sim_wall_s: 0.0,
         decode_cpu_s_per_sample: 0.0,
         cpu_per_accel: 1.0,

@@ -18,11 +18,11 @@ fn train(data: &Path, policy: &str, out: &Path, extra: &[&str]) -> Value {
 
 /// `datahelix train` under `mpirun -np 4` with this accelerator profile.
 fn train_with(data: &Path, policy: &str, out: &Path, profile: &str, extra: &[&str]) -> Value {
-    train_on(&[], data, policy, out, profile, extra)
+    train_on(&[], data, policy, out, profile, &[&["--steps", "6"], extra].concat())
 }
 
 /// [`train_with`], each rank started through `launcher` (a command that ends by running its
-/// arguments).
+/// arguments); `extra` names the steps.
 fn train_on(
     launcher: &[&str],
     data: &Path,
@@ -38,7 +38,7 @@ fn train_on(
         .arg(env!("CARGO_BIN_EXE_datahelix"))
         .args(["train", "--data"])
         .arg(data)
-        .args(["--policy", policy, "--global-batch", "8", "--workers", "4", "--steps", "6", "--warmup", "1"])
+        .args(["--policy", policy, "--global-batch", "8", "--workers", "4", "--warmup", "1"])
         .args(["--profile", profile, "--check-plan", "--out"])
         .arg(out)
         .args(extra);
@@ -243,6 +243,46 @@ fn samples_decoded_in_pieces_on_several_ranks_are_the_bytes_of_whole_decodes() {
     assert!(ahead_spans > 0, "no split sample was put together while the accelerator ran");
 }
 
+/// A step its CPUs cannot keep up with — 0.15 of a core a rank against 20-ms accelerator
+/// steps — leaves one rank late (`plan::Plan::late_rank`): the pieces others decode for it
+/// cross after their own batches are collected, in an exchange each issues at the start of its
+/// next call. Every sample still arrives once with the bytes of a whole decode, `--check-plan`
+/// agrees on every round, and the run ends (half its steps had a late rank in runs here).
+#[test]
+fn a_late_ranks_pieces_arrive_after_collection_with_the_bytes_of_whole_decodes() {
+    let dir = common::tiny_dataset();
+    let ids = common::manifest_ids(&dir);
+    let out = tempfile::tempdir().unwrap();
+    let profile = "0.02,1e-6,0,0.05";
+    let steps = ["--steps", "12", "--cores", "0.6", "--checksums"];
+    let whole = train_on(&[], &dir, "rank-local", &out.path().join("whole.json"), profile, &steps);
+    let trace = out.path().join("late.trace.json");
+    let traced = [&steps[..], &["--trace", trace.to_str().unwrap()]].concat();
+    let late = train_on(&[], &dir, "helix", &out.path().join("late.json"), profile, &traced);
+    assert_exactly_once(&late, &ids);
+    assert_eq!(step_checksums(&late), step_checksums(&whole), "pieces sent late differ from whole decodes");
+    let late_steps = late["summary"]["late_steps"].as_u64().unwrap();
+    assert!(late_steps > 0, "no step had a late rank: the test shows nothing");
+    // The late rank is the last one, and pieces reached it in its late exchanges.
+    let t: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let pieces_in = |pid: u64| -> u64 {
+        t["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["pid"].as_u64() == Some(pid))
+            .filter_map(|e| e["name"].as_str()?.strip_prefix("late step ")?.split_once(": ").map(|x| x.1))
+            .filter_map(|rest| rest.split(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    assert!(pieces_in(3) > 0, "no piece reached the late rank after its collection");
+    assert_eq!((0..3).map(pieces_in).sum::<u64>(), 0, "a rank other than the last received late pieces");
+    let off = [&steps[..], &["--no-late-pieces"]].concat();
+    let plain = train_on(&[], &dir, "helix", &out.path().join("plain.json"), profile, &off);
+    assert_eq!(plain["summary"]["late_steps"].as_u64(), Some(0), "--no-late-pieces still left a rank late");
+    assert_eq!(step_checksums(&plain), step_checksums(&whole));
+}
+
 /// Placement in planning groups (what 1024 ranks and more do, `plan::groups`), here groups of two
 /// of the four ranks: each rank plans the batching of all four but the decode placement of its
 /// own group only, so no rank knows what the other group moves. The exchanges still match
@@ -330,8 +370,14 @@ fn a_measured_transfer_model_tells_a_nodes_links_from_the_network() {
         r#"DATAHELIX_NODE="node$(( ${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}} / 2 ))" exec "$0" "$@""#,
     ];
     let path = out.path().join("two-nodes.json");
-    let result =
-        train_on(&two_nodes, &dir, "helix", &path, "0.02,1e-6,0,0.05", &["--transfer-model", "measured"]);
+    let result = train_on(
+        &two_nodes,
+        &dir,
+        "helix",
+        &path,
+        "0.02,1e-6,0,0.05",
+        &["--steps", "6", "--transfer-model", "measured"],
+    );
     assert_exactly_once(&result, &common::manifest_ids(&dir));
     let transfer = &result["params"]["transfer"];
     assert_eq!(transfer["node_of"], serde_json::json!([0, 0, 1, 1]), "{transfer}");

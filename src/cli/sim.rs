@@ -52,6 +52,10 @@ pub struct SimArgs {
     /// smoothly.
     #[arg(long)]
     pub cfs_period_ms: Option<f64>,
+    /// No late rank: every piece decoded for another rank crosses at or before its batch's
+    /// collection, as before late ranks (`train --no-late-pieces`).
+    #[arg(long)]
+    pub no_late_pieces: bool,
     /// A policy or `all`.
     #[arg(long, default_value = "all")]
     pub policy: String,
@@ -191,6 +195,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
         plan_group_ranks: args.plan_group_ranks,
         lookahead: args.lookahead,
         cfs_period_s: args.cfs_period_ms.map(|ms| ms / 1e3),
+        no_late_pieces: args.no_late_pieces,
     };
     let emit = |doc: &serde_json::Value| -> Result<(), CliError> {
         if args.json || args.out.is_some() {
@@ -290,6 +295,7 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
                 decode_scale: args.decode_scale,
                 lookahead: args.lookahead.unwrap_or(crate::exec::loader::DEFAULT_LOOKAHEAD),
                 cfs_period_s: args.cfs_period_ms.map_or(0.0, |ms| ms / 1e3),
+                late_pieces: !args.no_late_pieces,
             };
             let r = sim::run_data(dir, &cal, &run).map_err(CliError::usage)?;
             let pr = PolicyResult::of(&r);

@@ -84,6 +84,11 @@ pub struct TrainArgs {
     /// Do not check the plans' hashes.
     #[arg(long, overrides_with = "check_plan")]
     pub no_check_plan: bool,
+    /// No late rank: in a step the CPUs cannot keep up with, every piece decoded for another
+    /// rank crosses by its batch's collection, so every rank waits alike (`LoaderConfig::
+    /// late_pieces`; on by default here, where each batch's next call is the loader's own).
+    #[arg(long)]
+    pub no_late_pieces: bool,
     /// After the last step, write the loader's state here (rank 0) for `--resume`.
     #[arg(long)]
     pub save_state: Option<PathBuf>,
@@ -199,6 +204,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     cfg.cores = cores;
     cfg.job = format!("{job:x}");
     cfg.check_plan = !args.no_check_plan;
+    cfg.late_pieces = !args.no_late_pieces;
     cfg.measure_transfer = args.transfer_model == "measured";
     cfg.trace = args.trace.is_some();
     let state = match &args.resume {
@@ -298,6 +304,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     spans.extend(loader.spans().iter().cloned());
     let counters = loader.counters();
     let stretched_steps = loader.stretched_steps();
+    let late_steps = loader.late_steps();
     let transfer_json = transfer_json(&args.transfer_model, loader.transfer());
     if let (Some(path), 0) = (&args.save_state, rank) {
         loader.state().write(path).map_err(|e| fail_job(rank, ranks, e))?;
@@ -326,6 +333,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     summary.rebalances_run = counters.rebalances_run;
     summary.rebalances_skipped = counters.rebalances_skipped;
     summary.stretched_steps = stretched_steps;
+    summary.late_steps = late_steps;
     summary.bytes_moved = records.iter().filter(|r| r.step >= args.warmup).map(|r| r.bytes_in).sum();
     let result = TrainResult {
         params: json!({

@@ -75,6 +75,8 @@ pub struct JobFacts<'a> {
     pub measure_transfer: bool,
     /// Ranks per planning group (0: automatic).
     pub plan_group_ranks: u32,
+    /// Late ranks on (every rank must send and receive late pieces alike).
+    pub late_pieces: bool,
 }
 
 impl Fingerprint {
@@ -106,6 +108,7 @@ impl Fingerprint {
             ("max_skip_rate", job.max_skip_rate.to_bits()),
             ("measure_transfer", job.measure_transfer as u64),
             ("plan_group_ranks", job.plan_group_ranks as u64),
+            ("late_pieces", job.late_pieces as u64),
         ])
     }
 
@@ -130,6 +133,7 @@ impl Fingerprint {
             max_skip_rate: 0.0,
             measure_transfer: false,
             plan_group_ranks: 0,
+            late_pieces: false,
         });
         f.fields.iter_mut().for_each(|f| f.1 = 0);
         f
@@ -332,6 +336,7 @@ mod tests {
             max_skip_rate: 0.01,
             measure_transfer: false,
             plan_group_ranks: 0,
+            late_pieces: false,
         };
         let a = Fingerprint::of(&facts("helix"));
         assert_eq!(a, Fingerprint::of(&facts("helix")), "a pure function of the facts");

@@ -134,6 +134,12 @@ pub struct LoaderConfig {
     /// only its own group's placement (`plan::groups`). 0, automatic: none below 1024 ranks,
     /// from there the nodes of a measured transfer model, else 8 consecutive ranks.
     pub plan_group_ranks: u32,
+    /// Whether a step its CPUs cannot keep up with gets a late rank, whose pieces decoded by
+    /// others may reach it after its batch's collection (`plan::Plan::late_rank`): only for a
+    /// caller that calls [`Loader::prepare_ahead`] (or [`Loader::ship_ahead`]) right after
+    /// [`Loader::next_batch`], before any collective of its own — [`Loader::train_step`] does.
+    /// Off by default; `datahelix train` turns it on.
+    pub late_pieces: bool,
 }
 
 /// [`LoaderConfig::lookahead`]'s default: the protocol's prefetch limit (`PROTOCOL.md`, "CPU
@@ -176,6 +182,7 @@ impl LoaderConfig {
             ship_margin_s: DEFAULT_SHIP_MARGIN_S,
             ship_slack_s: DEFAULT_SHIP_SLACK_S,
             plan_group_ranks: 0,
+            late_pieces: false,
         }
     }
 
@@ -199,6 +206,7 @@ impl LoaderConfig {
             accel_window: 8 * ranks.max(8),
             max_skip_rate: self.max_skip_rate,
             plan_group_ranks: self.plan_group_ranks,
+            late_pieces: self.late_pieces,
         }
     }
 }
@@ -585,6 +593,7 @@ impl<'w> Loader<'w> {
                 max_skip_rate: cfg.max_skip_rate,
                 measure_transfer: cfg.measure_transfer,
                 plan_group_ranks: cfg.plan_group_ranks,
+                late_pieces: cfg.late_pieces,
             }),
             Err(_) => Fingerprint::unready(),
         };
@@ -709,6 +718,11 @@ impl<'w> Loader<'w> {
         self.agreed.stretched_plans()
     }
 
+    /// Steps whose plan left a late rank (`plan::Plan::late_rank`; every rank counts the same).
+    pub fn late_steps(&self) -> u64 {
+        self.agreed.late_plans()
+    }
+
     /// Collectives the loader issued so far, and the hash of their sequence.
     pub fn schedule(&self) -> (u64, u64) {
         self.engine.schedule()
@@ -759,9 +773,11 @@ impl<'w> Loader<'w> {
     /// Returns the batch (its tensors stay valid as long as it lives). Collective, like each
     /// call it makes; the step's gradient all-reduce is the caller's, after it returns.
     pub fn train_step(&mut self, accel: &mut dyn Accelerator) -> Result<Batch, ExecError> {
-        let batch = self.next_batch()?;
+        let mut batch = self.next_batch()?;
         let launched = launch(accel, &batch)?;
         self.finish_step(accel, launched)?;
+        // What this rank decoded for a late rank after the step's collection is the step's too.
+        batch.decode_cpu_s += self.engine.take_late_cpu_s(batch.step);
         Ok(batch)
     }
 
@@ -817,7 +833,8 @@ impl<'w> Loader<'w> {
             samples.push(sample);
         }
         self.samples.retain(|&(t, _), _| t > s);
-        self.parts.retain(|k, _| k.step > s);
+        let engine = &self.engine;
+        self.parts.retain(|k, _| k.step > s || engine.owes_late(k));
         self.sample_meta.fill(&self.index, &mut samples);
         let end = self.now();
         self.span(0, "wait", format!("input step {s}"), call, end);
@@ -836,7 +853,9 @@ impl<'w> Loader<'w> {
     /// ranks: done while the accelerator runs instead of while the next step waits for its
     /// input. Call it right after [`Loader::next_batch`] once the training step is launched
     /// (`next_batch` does the planning itself when it was not called); on every rank at every
-    /// step, or never.
+    /// step, or never. With [`LoaderConfig::late_pieces`] it first sends what this rank owes a
+    /// late rank, which waits for it inside its `next_batch`: no collective of the caller's may
+    /// come between the two calls.
     pub fn prepare_ahead(&mut self) -> Result<(), ExecError> {
         self.drive(Call::Prepare).map(drop)
     }

@@ -146,6 +146,11 @@ pub struct Summary {
     /// results written before it was counted.
     #[serde(default)]
     pub stretched_steps: u64,
+    /// Steps whose plan left one rank to wait for its input, its pieces sent after the others'
+    /// batches were collected ([`crate::plan::Plan::late_rank`]), warm-up included; absent (0)
+    /// in results written before late ranks.
+    #[serde(default)]
+    pub late_steps: u64,
     /// Measured steps.
     pub steps: u64,
     /// Samples delivered in the measured steps.

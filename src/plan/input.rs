@@ -281,6 +281,12 @@ pub struct PlanInput {
     /// ([`crate::plan::batching::stretch_margin_cap_ns`]). Inputs written without it read as 0.
     #[serde(default)]
     pub decode_pace_spread_s: f64,
+    /// Whether the loader can hand a rank pieces after its batch's collection (its caller calls
+    /// `prepare_ahead` or `ship_ahead` right after `next_batch`): then a step its CPUs cannot
+    /// keep up with gets a late rank ([`crate::plan::Plan::late_rank`]). Inputs written without
+    /// it read as false.
+    #[serde(default)]
+    pub late_pieces: bool,
 }
 
 impl PlanInput {

@@ -121,6 +121,14 @@ pub struct Plan {
     /// CPUs' pace ([`PlanInput::decode_pace_s`], [`batching::stretch`]); 0 when the step was not
     /// decode-bound (or the plan places no decode work).
     pub stretch_s: f64,
+    /// First step, where its stretch falls short of the CPUs' pace (no split of its samples
+    /// keeps a rank's accelerator busy that long, so some rank waits for its input whatever the
+    /// schedule) and [`PlanInput::late_pieces`] allows: the rank that waits — the most loaded,
+    /// which trains last. Its decode jobs queue behind the next step's on every rank, and the
+    /// pieces decoded for it that are not ready at collection reach it point-to-point after,
+    /// so that the other ranks' batches are ready when they come back from the gradient sync
+    /// (`src/step`, "late rank").
+    pub late_rank: Option<u32>,
     /// Batches predicted to miss their deadline.
     pub predicted_misses: u64,
     /// Total predicted lateness, seconds.
@@ -246,6 +254,7 @@ pub(crate) fn plan_as(
     let mut cap_violations = 0u32;
     let mut first_lb = 0u64;
     let mut stretched = 0u64;
+    let mut late_rank = None;
     for k in 0..steps {
         // One step (the step engine plans one at a time): its samples are all of them.
         let idx: Vec<usize> = if steps == 1 {
@@ -277,6 +286,10 @@ pub(crate) fn plan_as(
             let reached = batching::stretch(&items, &mut split, target, margin_cap, &caps, &mut used);
             if k == 0 && reached > 0 {
                 stretched = c0 + reached;
+                if input.late_pieces {
+                    late_rank = falls_short(&items, &split, r, target)
+                        .map(|top| as_last_rank(&mut split, &mut used, &caps, top));
+                }
             }
         }
         for (j, &i) in idx.iter().enumerate() {
@@ -400,7 +413,7 @@ pub(crate) fn plan_as(
     // decides alike.
     let placed_everywhere = grouping.is_none();
     let mut h = Fnv::default();
-    h.word(first_step).word(r as u64).word(n as u64);
+    h.word(first_step).word(r as u64).word(n as u64).word(late_rank.map_or(u64::MAX, u64::from));
     for i in 0..n {
         h.word(ids[i]).word(owner[i] as u64);
         if placed_everywhere {
@@ -431,6 +444,7 @@ pub(crate) fn plan_as(
         lower_bound_s: secs((c0 + first_lb) as i64),
         imbalance: if first_lb == 0 { 1.0 } else { first_max as f64 / first_lb as f64 },
         stretch_s: secs(stretched as i64),
+        late_rank,
         predicted_misses: placed.misses,
         lateness_s: secs(placed.lateness_ns),
         delay_s: secs(placed.delay_ns),
@@ -442,6 +456,46 @@ pub(crate) fn plan_as(
         hash: h.finish(),
     };
     Ok(Planning { plan, timing })
+}
+
+/// How far short of the CPUs' pace a stretched step's most loaded rank must stay for the step
+/// to get a late rank: below this share of it. Nearer the pace the wait left is short and
+/// spread over every rank costs little; a late rank then only delays the batch it holds (the
+/// suite's workloads reach 0.94–1.0 of the pace where they fall short; the CPU-bound
+/// validation data at 4 ranks 0.02–0.76, median 0.48).
+pub const LATE_BELOW_PACE: f64 = 0.75;
+
+/// The rank a stretched step leaves waiting for its input: the most loaded (lowest index among
+/// equals) when even its load stays below [`LATE_BELOW_PACE`] of `target`, the CPUs' pace less
+/// the accelerator's constant; `None` when the stretch came that close, or the step carries no
+/// accelerator work the model knows of.
+fn falls_short(items: &batching::Items, split: &[u32], ranks: usize, target: u64) -> Option<u32> {
+    let loads = batching::loads(items, split, ranks);
+    let top = (0..ranks).fold(0, |a, q| if loads[q] > loads[a] { q } else { a });
+    let short = loads[top] > 0 && (loads[top] as f64) < LATE_BELOW_PACE * target as f64;
+    (ranks > 1 && short).then_some(top as u32)
+}
+
+/// Hands rank `top`'s batch to the last rank and the last rank's to `top` (where their memory
+/// caps are the same) and returns the rank that trains it. A late step's waiting rank is then
+/// the same every time: the rank that waited last step is the one whose decodes are behind,
+/// and the others' stay a step ahead (validation data at 4 ranks under a 100-ms CPU quota,
+/// simulated: 0.386 of rank-steps missed with the stretched rank late wherever the split put
+/// it, 0.333 with it on the last rank).
+fn as_last_rank(split: &mut [u32], used: &mut [u64], caps: &[u64], top: u32) -> u32 {
+    let last = (used.len() - 1) as u32;
+    if caps[top as usize] != caps[last as usize] {
+        return top;
+    }
+    for o in split.iter_mut() {
+        if *o == top {
+            *o = last;
+        } else if *o == last {
+            *o = top;
+        }
+    }
+    used.swap(top as usize, last as usize);
+    last
 }
 
 #[cfg(test)]
@@ -480,6 +534,7 @@ mod tests {
             exchange_s: 0.0,
             decode_pace_s: 0.0,
             decode_pace_spread_s: 0.0,
+            late_pieces: false,
         }
     }
 
@@ -521,6 +576,34 @@ mod tests {
             let e = plan(&input).unwrap_err().to_string();
             assert!(e.contains("decode_pace_spread_s"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_step_its_cpus_far_outlast_leaves_the_last_rank_late() {
+        let mut input = heavy_step(Vec::new());
+        input.samples = (1..=8).map(|id| step0_sample(id, 1000, 0.5)).collect();
+        input.late_pieces = true;
+        // A pace of 1.1 s: the stretched rank reaches 0.5 s of the 0.6 s it aims at, more than
+        // LATE_BELOW_PACE of it: no late rank.
+        input.decode_pace_s = 1.1;
+        assert_eq!(plan(&input).unwrap().late_rank, None);
+        // 2 s: five samples, 0.5 s, of the 1.5 s — every split leaves some rank waiting. The
+        // stretched batch goes to the last rank, which is named late.
+        input.decode_pace_s = 2.0;
+        let late = plan(&input).unwrap();
+        assert_eq!(late.late_rank, Some(3));
+        let loads = late.first_step_loads();
+        assert!(
+            (loads[3] - 1.0).abs() < 1e-9 && loads[..3].iter().all(|&a| (a - 0.6).abs() < 1e-9),
+            "{loads:?}"
+        );
+        // Without late pieces (a caller whose next call may come after a collective of its
+        // own) the same stretch, wherever the split put it, and no late rank.
+        input.late_pieces = false;
+        let plain = plan(&input).unwrap();
+        assert_eq!(plain.late_rank, None);
+        assert!((plain.first_step_loads()[0] - 1.0).abs() < 1e-9, "{:?}", plain.first_step_loads());
+        assert_ne!(plain.hash, late.hash);
     }
 
     #[test]
@@ -588,6 +671,7 @@ mod tests {
             exchange_s: 0.0,
             decode_pace_s: 0.0,
             decode_pace_spread_s: 0.0,
+            late_pieces: false,
         };
         let node_of = vec![0, 0, 1, 1];
         let aware = plan(&input(TransferCost::per_node(&near, &far, node_of.clone()), 0.3)).unwrap();
@@ -648,6 +732,7 @@ mod tests {
             exchange_s: 2.4,
             decode_pace_s: 0.0,
             decode_pace_spread_s: 0.0,
+            late_pieces: false,
         };
         let bare = plan(&input(0.0)).unwrap();
         assert_eq!(bare.owner[0], bare.owner[1], "batching put both light-token samples on one rank");

@@ -80,6 +80,7 @@ pub fn synthetic(kind: Kind, samples: usize, ranks: usize, lookahead: usize, see
         exchange_s: 0.9 * rank_states.iter().map(|r| r.accel_free_s).fold(f64::INFINITY, f64::min),
         decode_pace_s: 0.0,
         decode_pace_spread_s: 0.0,
+        late_pieces: false,
         ranks: rank_states,
     }
 }

@@ -147,6 +147,9 @@ pub struct StepPlan {
     /// CPUs' pace ([`plan::Plan::stretch_s`]; 0: not stretched). The rebalance gate does not cut the
     /// step below it.
     pub stretch_s: f64,
+    /// The rank left to wait for its input where the step's stretch falls short of the CPUs'
+    /// pace ([`plan::Plan::late_rank`]; placement policies only).
+    pub late_rank: Option<u32>,
     /// What placing the groups took, where it did (measured, never read by a decision).
     pub timing: Option<plan::GroupTiming>,
     /// Hash of the decisions.
@@ -213,6 +216,7 @@ pub fn plan_step(
         hash,
         groups,
         stretch_s,
+        late_rank,
         ..
     } = p;
     let mut decoder = decoder;
@@ -252,6 +256,7 @@ pub fn plan_step(
         delay_s: if policy.name().starts_with("helix") { delay_s } else { 0.0 },
         groups,
         stretch_s,
+        late_rank: late_rank.filter(|_| options.placement && policy != Policy::ActorPool),
         timing,
         hash: h.finish(),
     })
@@ -351,6 +356,7 @@ mod tests {
             exchange_s: 0.0,
             decode_pace_s: 0.0,
             decode_pace_spread_s: 0.0,
+            late_pieces: false,
         };
         let p = plan_step(Policy::Helix, 0, &input, plan::Scope::Every).unwrap();
         assert!(p.step_s() < 0.02, "the prior predicts {} s", p.step_s());

@@ -86,6 +86,9 @@ pub struct SimConfig {
     /// The CPU quota's period, seconds: each rank's cores given as the kernel's CFS quota
     /// gives them ([`super::engine::CpuPool::with_quota_period`]); 0: shared smoothly.
     pub cfs_period_s: f64,
+    /// Late ranks, as `LoaderConfig::late_pieces` (on in `datahelix train`, whose step driver
+    /// calls `prepare_ahead` right after each batch).
+    pub late_pieces: bool,
 }
 
 impl SimConfig {
@@ -112,6 +115,7 @@ impl SimConfig {
             // The simulated decodes never fail: no budget to keep.
             max_skip_rate: 1.0,
             plan_group_ranks: self.plan_group_ranks,
+            late_pieces: self.late_pieces,
         }
     }
 }
@@ -232,6 +236,9 @@ impl Catalog for DataCatalog<'_> {
 
 /// One simulated rank: its engine, its decode pool and its clock.
 struct Rank {
+    /// When each of its decodes ended, by part key (kept two steps: a late rank's pieces are
+    /// looked up here once their decoder filed them).
+    ended: HashMap<PartKey, f64>,
     engine: Engine,
     pool: CpuPool,
     /// The rank's clock, simulated seconds.
@@ -246,6 +253,9 @@ struct Rank {
 }
 
 struct Cluster<'a> {
+    /// Pieces that crossed in an exchange (kept two steps): what a late rank still waits for
+    /// is what did not.
+    crossed: std::collections::HashSet<PartKey>,
     cfg: &'a SimConfig,
     catalog: DataCatalog<'a>,
     agreed: Agreed,
@@ -274,6 +284,7 @@ impl Cluster<'_> {
 
     fn file(agreed: &Agreed, rank: &mut Rank, d: super::engine::Done) {
         let key = rank.tags[d.job.tag as usize];
+        rank.ended.insert(key, d.end_s);
         let shape = agreed
             .plan_of(key.step)
             .and_then(|p| p.job_of.get(&(key.slot, key.part)).map(|&j| p.shapes[j]))
@@ -320,6 +331,10 @@ impl Cluster<'_> {
                 }
                 Action::Assemble { .. } => {}
                 Action::Deliver(spec) => rank.delivered = Some(spec),
+                Action::Exchange(order) if order.label == "late" => {
+                    let answer = self.late_exchange(r, &order)?;
+                    self.ranks[r].answer = Some(answer);
+                }
                 Action::Done => {
                     rank.done = true;
                     return Ok(());
@@ -413,6 +428,69 @@ impl Cluster<'_> {
         Ok(())
     }
 
+    /// A late-rank step's late exchange, which the ranks issue at different points of their calls
+    /// (the late rank right after its collection, the others at the start of their next call):
+    /// not met in lockstep. A sender pays its bytes' crossing; the late rank gets from each
+    /// sender the pieces it still owed at collection once the last of them is decoded (the
+    /// sender's pool says when) and has crossed.
+    fn late_exchange(&mut self, r: usize, order: &crate::step::ExchangeOrder) -> Result<Event, String> {
+        let links = &self.cfg.links;
+        let bytes_of = |m: &crate::step::Message| (HEADER + m.shape.iter().product::<usize>()) as u64;
+        if order.expect.is_empty() {
+            let send_s: f64 =
+                order.outgoing.iter().map(|(to, m, _)| links.between(r, *to).seconds(bytes_of(m))).sum();
+            self.ranks[r].t += send_s;
+            return Ok(Event::Exchanged(Vec::new()));
+        }
+        let p = self
+            .agreed
+            .plan_of(order.step)
+            .ok_or_else(|| format!("late exchange of unplanned step {}", order.step))?;
+        let mut got = Vec::new();
+        let mut arrive = self.ranks[r].t;
+        for &h in &order.expect {
+            let (mut last_end, mut bytes) = (0.0f64, 0u64);
+            for &j in &p.inbound[r] {
+                let j = j as usize;
+                let key = p.key_of(j);
+                if p.decoder_of(j) != h || self.crossed.contains(&key) {
+                    continue;
+                }
+                let end = match self.ranks[h].ended.get(&key) {
+                    Some(&e) => e,
+                    None => {
+                        // Not filed yet: run a copy of its decoder's pool to it (later submissions
+                        // queue behind it: they belong to later steps).
+                        let mut pool = self.ranks[h].pool.clone();
+                        let tags = &self.ranks[h].tags;
+                        std::iter::from_fn(|| pool.next_completion())
+                            .find(|d| tags[d.job.tag as usize] == key)
+                            .map(|d| d.end_s)
+                            .ok_or_else(|| {
+                                format!(
+                                    "rank {h} owes rank {r} a piece of step {} it never decodes",
+                                    order.step
+                                )
+                            })?
+                    }
+                };
+                let m = crate::step::Message {
+                    key,
+                    id: p.slots[key.slot as usize].id,
+                    ok: true,
+                    shape: p.shapes[j],
+                    tokens: 0,
+                };
+                last_end = last_end.max(end);
+                bytes += bytes_of(&m);
+                got.push((h, m, bytes_of(&m)));
+            }
+            arrive = arrive.max(last_end + links.between(h, r).seconds(bytes));
+        }
+        self.ranks[r].t = arrive;
+        Ok(Event::Exchanged(got))
+    }
+
     /// A pairwise exchange: each rank meets its partners, sends its messages one after another
     /// and receives concurrently; ranks without partners return at once.
     fn exchange(&mut self, actions: &[Action]) -> Result<(), String> {
@@ -458,6 +536,9 @@ impl Cluster<'_> {
             partners[r] = o.send.iter().chain(&o.expect).copied().filter(|&p| p != r).collect();
             for &(to, m, _) in &o.outgoing {
                 let bytes = (HEADER + if m.ok { m.shape.iter().product::<usize>() } else { 0 }) as u64;
+                if o.payload == crate::step::Payload::Parts {
+                    self.crossed.insert(m.key);
+                }
                 incoming[to].push((r, m, bytes));
             }
         }
@@ -493,6 +574,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
                 pool: CpuPool::new(cfg.workers[r] as usize, cfg.cores[r]).with_quota_period(cfg.cfs_period_s),
                 t: 0.0,
                 tags: Vec::new(),
+                ended: HashMap::new(),
                 pending: None,
                 answer: None,
                 delivered: None,
@@ -501,6 +583,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
         })
         .collect();
     let mut cluster = Cluster {
+        crossed: std::collections::HashSet::new(),
         cfg,
         catalog: DataCatalog { data },
         agreed: Agreed::with_sampler(cfg.agreed(), data.sampler(cfg.seed), r_n),
@@ -549,9 +632,13 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
             rank.t = rank.t.max(ends[r] - cfg.ship_margin_s);
         }
         cluster.call(|rank| Call::Ship { step_end_s: ends[rank.engine.rank()] })?;
-        for (rank, rec) in cluster.ranks.iter_mut().zip(&step_records) {
+        for (rank, rec) in cluster.ranks.iter_mut().zip(&mut step_records) {
+            // The pieces it decoded for a late rank after the step's collection count here.
+            rec.decode_cpu_s += rank.engine.take_late_cpu_s(s);
             rank.engine.report(rec.gpu_s).map_err(|e| e.to_string())?;
+            rank.ended.retain(|k, _| k.step >= s);
         }
+        cluster.crossed.retain(|k| k.step >= s);
         let next =
             cluster.ranks.iter().zip(&ends).map(|(rank, &e)| rank.t.max(e)).fold(now, f64::max) + reduce_s;
         for rank in &mut cluster.ranks {
@@ -570,6 +657,7 @@ pub fn simulate(cfg: &SimConfig, data: &SimData) -> Result<SimRun, String> {
     summary.rebalances_run = counters.rebalances_run;
     summary.rebalances_skipped = counters.rebalances_skipped;
     summary.stretched_steps = cluster.agreed.stretched_plans();
+    summary.late_steps = cluster.agreed.late_plans();
     summary.bytes_moved = out.iter().filter(|r| r.step >= cfg.warmup).map(|r| r.bytes_in).sum();
     let (plan_wall_s, plans, plan_max_s) = cluster.agreed.plan_stats();
     Ok(SimRun {

@@ -86,6 +86,8 @@ pub struct Overrides {
     /// The CPU quota's period, seconds ([`engine::CpuPool::with_quota_period`]; None: the
     /// cores are shared smoothly).
     pub cfs_period_s: Option<f64>,
+    /// No late ranks ([`SimConfig::late_pieces`] off; on as in `datahelix train`).
+    pub no_late_pieces: bool,
 }
 
 /// The configuration and data of a workload under `over`.
@@ -153,6 +155,7 @@ pub fn prepare(
         plan_group_ranks: over.plan_group_ranks.unwrap_or(0),
         keep_plan_inputs: false,
         cfs_period_s: over.cfs_period_s.unwrap_or(0.0),
+        late_pieces: !over.no_late_pieces,
     };
     Ok((cfg, SimData::new(descriptors, decode_s, cal.clone())?))
 }
@@ -240,6 +243,8 @@ pub struct PolicyResult {
     /// Steps whose plan stretched them past the balanced step to the CPUs' pace, warm-up
     /// included (a decode-bound step: the most loaded rank took samples from the others).
     pub stretched_steps: u64,
+    /// Steps whose plan left a late rank, warm-up included ([`crate::plan::Plan::late_rank`]).
+    pub late_steps: u64,
     /// Wall seconds of the simulation.
     pub sim_wall_s: f64,
     /// Decode CPU seconds per delivered sample (measured steps).
@@ -268,6 +273,7 @@ impl PolicyResult {
             plan_s_per_step: run.plan_wall_s / run.plans.max(1) as f64,
             plan_max_s: run.plan_max_s,
             stretched_steps: s.stretched_steps,
+            late_steps: s.late_steps,
             sim_wall_s: run.sim_wall_s,
             decode_cpu_s_per_sample: {
                 let m = run.records.iter().filter(|r| r.step >= run.warmup);
@@ -501,6 +507,8 @@ pub struct DataRun {
     /// The CPU quota's period, seconds (0: the cores are shared smoothly;
     /// [`engine::CpuPool::with_quota_period`]).
     pub cfs_period_s: f64,
+    /// Late ranks ([`SimConfig::late_pieces`]; `train`'s default: on).
+    pub late_pieces: bool,
     /// The links between ranks (`None`: one machine's default, 20 µs + 5 GB/s; `sim --links`
     /// gives the bands measured by `datahelix perf alltoallv` on the machine that runs the
     /// real side).
@@ -560,6 +568,7 @@ pub fn run_data(dir: &Path, cal: &Calibration, run: &DataRun) -> Result<SimRun, 
         plan_group_ranks: 0,
         keep_plan_inputs: false,
         cfs_period_s: run.cfs_period_s,
+        late_pieces: run.late_pieces,
     };
     simulate(&cfg, &SimData::new(descriptors, decode_s, cal.clone())?)
 }

@@ -62,6 +62,11 @@ pub struct AgreedConfig {
     /// Ranks per planning group (`PlanOptions::group_ranks`; 0: automatic, groups only from
     /// 1024 ranks).
     pub plan_group_ranks: u32,
+    /// Whether a rank may be handed pieces after its batch's collection: the caller calls
+    /// `prepare_ahead` (or `ship_ahead`) right after `next_batch`, before any collective of its
+    /// own (`train_step` does). Then a step the CPUs cannot keep up with gets a late rank
+    /// ([`crate::plan::Plan::late_rank`]).
+    pub late_pieces: bool,
 }
 
 /// Failures below this many never end a run, whatever the rate (a first bad sample among the
@@ -90,6 +95,7 @@ impl AgreedConfig {
             accel_window: 64,
             max_skip_rate: 1.0,
             plan_group_ranks: 0,
+            late_pieces: false,
         }
     }
 }
@@ -203,6 +209,8 @@ pub struct Agreed {
     plan_stats: (f64, u64, f64),
     /// Plans whose step was stretched to the CPUs' pace ([`crate::plan::Plan::stretch_s`]).
     stretched: u64,
+    /// Plans that left a late rank ([`crate::plan::Plan::late_rank`]).
+    late: u64,
     /// Whose decode placement this state plans: a loader's rank needs only its own planning
     /// group's at thousands of ranks ([`crate::plan::groups`]); the simulator every group's.
     scope: Scope,
@@ -275,6 +283,7 @@ impl Agreed {
             training: None,
             plan_stats: (0.0, 0, 0.0),
             stretched: 0,
+            late: 0,
             scope: Scope::Every,
             keep_inputs: false,
             inputs: Vec::new(),
@@ -340,6 +349,11 @@ impl Agreed {
     /// decode-bound step: [`crate::plan::batching::stretch`]).
     pub fn stretched_plans(&self) -> u64 {
         self.stretched
+    }
+
+    /// How many plans left a late rank ([`crate::plan::Plan::late_rank`]).
+    pub fn late_plans(&self) -> u64 {
+        self.late
     }
 
     /// Whether ranks have reported at least once.
@@ -487,7 +501,14 @@ impl Agreed {
                     0.1,
                     floor_s,
                 );
-                let moves = d.moves.iter().map(|m| (m.sample, m.to)).collect();
+                // A late-rank step moves nothing after decoding: its late exchange comes at
+                // different points of the ranks' calls, and a move at collection between them
+                // would meet a rank in another collective.
+                let moves = if p.plan.late_rank.is_some() {
+                    Vec::new()
+                } else {
+                    d.moves.iter().map(|m| (m.sample, m.to)).collect()
+                };
                 AfterDecode { decoded, moves }
             }
             None => AfterDecode::default(),
@@ -667,6 +688,9 @@ impl Agreed {
             exchange_s: exchange,
             decode_pace_s: pace,
             decode_pace_spread_s: pace_spread,
+            // Only where the caller's next call follows its batch before any collective of its
+            // own: the pieces owed to the late rank are sent from there.
+            late_pieces: self.cfg.late_pieces && last != LastExchange::AtCollection,
         };
         let clock = Instant::now();
         let plan = policy::plan_step(self.cfg.policy, t, &input, self.scope)?;
@@ -674,6 +698,7 @@ impl Agreed {
             - plan.timing.map_or(0.0, |g| if g.groups > 1 { g.total_s - g.slowest_s } else { 0.0 });
         self.plan_stats = (self.plan_stats.0 + took, self.plan_stats.1 + 1, self.plan_stats.2.max(took));
         self.stretched += u64::from(plan.stretch_s > 0.0);
+        self.late += u64::from(plan.late_rank.is_some());
         let work = offer.job_work(plan.jobs.len());
         // Once planned, the step's pace counts its jobs' expected decode (without the planning
         // margin), not its samples' whole decodes: where samples are split, those overstate the

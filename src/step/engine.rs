@@ -81,6 +81,15 @@ enum Stage {
     MoveAhead { step: u64, decision: Arc<AfterDecode> },
     /// Hands the batch over.
     Deliver { step: u64 },
+    /// A late-rank step, after its collection's exchange: the late rank receives the pieces
+    /// decoded for it that were not ready ([`crate::plan::Plan::late_rank`]).
+    LateReceive { step: u64 },
+    /// A late-rank step, after its collection's exchange: the pieces this rank still owes the
+    /// late rank, sent at the start of its next call.
+    LateOwed { step: u64 },
+    /// The start of the call after a late-rank step's collection: this rank's pieces for the
+    /// late rank, once decoded, in one exchange (empty where it owes none).
+    LateSend { step: u64, keys: Vec<PartKey> },
 }
 
 /// Which answer the engine waits for.
@@ -141,6 +150,9 @@ pub struct Engine {
     /// This rank's decode failures not yet told to the skip budget (baselines only: the
     /// planning policies learn every rank's from the gathered records).
     local_skips: Vec<u64>,
+    /// A late-rank step collected here (not the late rank): its pieces for the late rank not
+    /// sent at collection, to send from the next call.
+    late_out: Option<(u64, Vec<PartKey>)>,
 }
 
 fn protocol(what: String) -> StepError {
@@ -185,6 +197,7 @@ impl Engine {
             stages: VecDeque::new(),
             waiting: None,
             counters: Counters::default(),
+            late_out: None,
         }
     }
 
@@ -226,6 +239,21 @@ impl Engine {
     /// This rank's predicted accelerator seconds of the step in training (the model's).
     pub fn own_step_s(&self) -> f64 {
         self.own_step_s
+    }
+
+    /// Whether this rank still owes `key` to a late rank (its bytes must be kept past its
+    /// step's delivery, until the next call sends them).
+    pub fn owes_late(&self, key: &PartKey) -> bool {
+        self.late_out.as_ref().is_some_and(|(_, keys)| keys.contains(key))
+    }
+
+    /// Decode CPU seconds of delivered step `step` filed since its delivery: the pieces this
+    /// rank decoded for a late rank after the step's collection (taken once).
+    pub fn take_late_cpu_s(&mut self, step: u64) -> f64 {
+        if step >= self.next_step {
+            return 0.0;
+        }
+        self.cpu_by_step.remove(&step).unwrap_or(0.0)
     }
 
     /// Whether a call is under way.
@@ -302,6 +330,10 @@ impl Engine {
     pub fn begin(&mut self, call: Call) -> Result<(), StepError> {
         if self.busy() {
             return Err(protocol(format!("rank {}: a call began while another was under way", self.rank)));
+        }
+        // Before anything else of the call: what the last collection left owed to a late rank.
+        if let Some((step, keys)) = self.late_out.take() {
+            self.stages.push_back(Stage::LateSend { step, keys });
         }
         match call {
             Call::Next => {
@@ -442,8 +474,12 @@ impl Engine {
                 // (helix's 1 ms misses 2.9% → 14.7%), so only a delay longer than the step
                 // itself — a wait no collective adds to — takes it.
                 let model = agreed.accel_model();
+                // A late-rank step's wait is planned: its round would only hold the ranks whose
+                // batches are ready (1–30 ms at the start of most of their steps in real runs
+                // of the CPU-bound validation data).
                 let late = agreed.plan_of(step).is_some_and(|p| {
-                    p.plan.predicted_misses > 0
+                    p.plan.late_rank.is_none()
+                        && p.plan.predicted_misses > 0
                         && p.partial.contains(&true)
                         && p.plan.delay_s > p.plan.step_under(&model)
                 });
@@ -477,6 +513,12 @@ impl Engine {
                 let mut then =
                     vec![Stage::AwaitOwn { step }, Stage::Assemble { step }, Stage::AfterDecode { step }];
                 if agreed.moves(step) {
+                    let late = agreed.plan_of(step).and_then(|p| p.plan.late_rank);
+                    match late {
+                        Some(l) if l as usize == self.rank => then.insert(0, Stage::LateReceive { step }),
+                        Some(_) => then.insert(0, Stage::LateOwed { step }),
+                        None => {}
+                    }
                     then.insert(0, Stage::Exchange { step, label: "collect", all: true });
                 }
                 then.push(Stage::Deliver { step });
@@ -488,9 +530,12 @@ impl Engine {
             Stage::Exchange { step, label, all } => {
                 let Some(p) = agreed.plan_of(step).filter(|p| p.moves).cloned() else { return Ok(None) };
                 if all {
+                    // What is owed to a late rank is sent after, from the next call.
+                    let late = p.plan.late_rank.map(|l| l as usize);
                     let waiting: Vec<PartKey> = self
                         .owed(&p)
                         .into_iter()
+                        .filter(|&j| Some(p.owner_of(j)) != late)
                         .map(|j| p.key_of(j))
                         .filter(|k| !self.done.contains_key(k))
                         .collect();
@@ -630,6 +675,46 @@ impl Engine {
             }
             Stage::MoveAhead { step, decision } => Ok(Some(self.move_samples(agreed, step, &decision, true))),
             Stage::Deliver { step } => Ok(Some(self.deliver(agreed, step))),
+            Stage::LateReceive { step } => {
+                let Some(p) = agreed.plan_of(step).cloned() else { return Ok(None) };
+                let me = self.rank;
+                let expect: Vec<usize> = p.inbound[me]
+                    .iter()
+                    .filter(|&&j| !self.got.contains(&p.key_of(j as usize)))
+                    .map(|&j| p.decoder_of(j as usize))
+                    .collect();
+                self.waiting = Some(Waiting::Parts);
+                Ok(Some(Action::Exchange(ExchangeOrder {
+                    label: "late",
+                    step,
+                    payload: Payload::Parts,
+                    send: Vec::new(),
+                    expect: ranks_of(expect),
+                    outgoing: Vec::new(),
+                })))
+            }
+            Stage::LateOwed { step } => {
+                let Some(p) = agreed.plan_of(step).cloned() else { return Ok(None) };
+                let late = p.plan.late_rank.map(|l| l as usize);
+                let keys: Vec<PartKey> = self
+                    .owed(&p)
+                    .into_iter()
+                    .filter(|&j| Some(p.owner_of(j)) == late)
+                    .map(|j| p.key_of(j))
+                    .collect();
+                self.late_out = Some((step, keys));
+                Ok(None)
+            }
+            Stage::LateSend { step, keys } => {
+                let waiting: Vec<PartKey> =
+                    keys.iter().copied().filter(|k| !self.done.contains_key(k)).collect();
+                if !waiting.is_empty() {
+                    self.stages.push_front(Stage::LateSend { step, keys });
+                    self.stages.push_front(Stage::CheckDone { step, keys: waiting.clone() });
+                    return Ok(Some(Action::Await { keys: waiting, until_s: None }));
+                }
+                Ok(Some(self.send_late(agreed, step, &keys)))
+            }
         }
     }
 
@@ -645,7 +730,13 @@ impl Engine {
                 key,
                 id: slot.id,
                 pos: slot.pos.unwrap_or(0),
-                priority: (t << 32) | k as u64,
+                // A late rank's jobs queue behind the next step's, on every rank: the other
+                // ranks' batches of that step are due first.
+                priority: if p.plan.late_rank == Some(p.owner_of(j) as u32) {
+                    ((t + 1) << 32) | (1 << 31) | k as u64
+                } else {
+                    (t << 32) | k as u64
+                },
                 frames: p.partial[j].then_some(p.ranges[j]),
                 predicted_s: p.work_s[j],
                 shape: p.shapes[j],
@@ -671,8 +762,14 @@ impl Engine {
         let me = self.rank;
         let (mut send, mut expect) = (Vec::new(), Vec::new());
         let mut outgoing = Vec::new();
+        // A late rank's pieces skip its step's collection, where their bytes would hold the
+        // ranks that decoded them: all that is left of them crosses in the late exchange.
+        let late = if label == "collect" { p.plan.late_rank.map(|l| l as usize) } else { None };
         for j in self.owed(p) {
             let (to, key) = (p.owner_of(j), p.key_of(j));
+            if Some(to) == late {
+                continue;
+            }
             send.push(to);
             if let Some(f) = self.done.get(&key) {
                 let id = p.slots[key.slot as usize].id;
@@ -683,7 +780,7 @@ impl Engine {
                 self.sent.insert(key);
             }
         }
-        for &j in &p.inbound[me] {
+        for &j in p.inbound[me].iter().filter(|_| late != Some(me)) {
             let key = p.key_of(j as usize);
             if !self.got.contains(&key) {
                 expect.push(p.decoder_of(j as usize));
@@ -696,6 +793,38 @@ impl Engine {
             payload: Payload::Parts,
             send: ranks_of(send),
             expect: ranks_of(expect),
+            outgoing,
+        })
+    }
+
+    /// The late exchange of `step` on a rank that is not its late rank: `keys` (decoded, owed
+    /// to the late rank) go to it; with none, the exchange meets no one, so every rank issues
+    /// the same collectives.
+    fn send_late(&mut self, agreed: &Agreed, step: u64, keys: &[PartKey]) -> Action {
+        let me = self.rank;
+        let mut send = Vec::new();
+        let mut outgoing = Vec::new();
+        let plan = agreed.plan_of(step);
+        for key in keys {
+            let (Some(p), Some(f)) = (plan, self.done.remove(key)) else { continue };
+            let Some(&j) = p.job_of.get(&(key.slot, key.part)) else { continue };
+            let to = p.owner_of(j);
+            let id = p.slots[key.slot as usize].id;
+            let bytes = f.shape.iter().product::<usize>();
+            outgoing.push((
+                to,
+                Message { key: *key, id, ok: f.ok, shape: f.shape, tokens: 0 },
+                f.ok && agreed.compress(bytes, me, to),
+            ));
+            send.push(to);
+        }
+        self.waiting = Some(Waiting::Parts);
+        Action::Exchange(ExchangeOrder {
+            label: "late",
+            step,
+            payload: Payload::Parts,
+            send: ranks_of(send),
+            expect: Vec::new(),
             outgoing,
         })
     }
@@ -862,7 +991,8 @@ impl Engine {
         self.received.retain(|k, _| k.step > step);
         self.settled.retain(|k| k.0 > step);
         self.moved.retain(|k| k.0 > step);
-        self.done.retain(|k, _| k.step > step);
+        let owed_late = self.late_out.as_ref().map_or(&[][..], |(_, keys)| &keys[..]);
+        self.done.retain(|k, _| k.step > step || owed_late.contains(k));
         self.next_step = step + 1;
         self.prepared = self.prepared.filter(|&t| t > step);
         self.last_tokens = Some(spec.tokens.clone());

@@ -52,7 +52,24 @@
 //!
 //! So when a call returns, this rank owes its peers nothing for it: every exchange of the call is
 //! complete on both sides, and no later call of another rank waits for one of this rank's. A
-//! caller may run its own collectives between any two calls.
+//! caller may run its own collectives between any two calls — except after a late-rank step's
+//! `Next`, below, which only a caller that opts in sees.
+//!
+//! # A late rank
+//!
+//! With [`AgreedConfig::late_pieces`] (the caller's next call follows `Next` before any
+//! collective of its own: `Loader::train_step` does; `datahelix train` turns it on) and a caller
+//! that prepares or ships, a plan whose stretch falls far short of the CPUs' pace names a late
+//! rank ([`crate::plan::Plan::late_rank`]): some rank must wait for its input, and it is the
+//! last one, every such step. Its decode jobs queue behind the next step's on every rank, the
+//! pieces of it still decoding at its collection skip the collection's exchange, and one more
+//! exchange, `late`, carries them: the late rank issues it in its `Next` right after the
+//! collection's exchange and waits there for them; every other rank issues it first thing in
+//! its next call (`Prepare`, or `Ship`), once it has decoded what it owes (often nothing: then
+//! it meets no one). Every rank thus issues the same collectives in the same order, but the
+//! ranks whose batches are ready return from `Next` without waiting for the late rank's pieces.
+//! Such a step moves no samples after decoding (its gate decides no moves), and takes no early
+//! round. The simulator meets the `late` exchange out of lockstep, as the ranks do.
 
 mod agreed;
 mod engine;

@@ -57,6 +57,7 @@ impl Loader<'_> {
         // One send buffer, blocks back to back in rank order: the bytes are copied once here.
         let mut outgoing = order.outgoing;
         outgoing.sort_by_key(|&(to, _, _)| to);
+        let pieces_out = outgoing.len();
         let mut send = Vec::new();
         let mut counts = vec![0usize; ranks];
         for (to, m, compress) in outgoing {
@@ -173,7 +174,13 @@ impl Loader<'_> {
             }
         }
         let t1 = self.now();
-        self.span(0, "transfer", format!("{} step {}", order.label, order.step), t0, t1);
+        let name = if order.label == "late" {
+            // Which rank was late and what reached it after its step's collection, at a glance.
+            format!("late step {}: {} pieces in, {pieces_out} out", order.step, out.len())
+        } else {
+            format!("{} step {}", order.label, order.step)
+        };
+        self.span(0, "transfer", name, t0, t1);
         Ok(out)
     }
 
