@@ -432,7 +432,8 @@ impl Cluster<'_> {
     /// (the late rank right after its collection, the others at the start of their next call):
     /// not met in lockstep. A sender pays its bytes' crossing; the late rank gets from each
     /// sender the pieces it still owed at collection once the last of them is decoded (the
-    /// sender's pool says when) and has crossed.
+    /// sender's pool says when), the sender has returned from its collection (when it has, in
+    /// this pass over the ranks: the late rank is the last one) and the bytes have crossed.
     fn late_exchange(&mut self, r: usize, order: &crate::step::ExchangeOrder) -> Result<Event, String> {
         let links = &self.cfg.links;
         let bytes_of = |m: &crate::step::Message| (HEADER + m.shape.iter().product::<usize>()) as u64;
@@ -485,7 +486,9 @@ impl Cluster<'_> {
                 bytes += bytes_of(&m);
                 got.push((h, m, bytes_of(&m)));
             }
-            arrive = arrive.max(last_end + links.between(h, r).seconds(bytes));
+            let sender = &self.ranks[h];
+            let returned = if sender.done { sender.t + self.cfg.step_overhead_s } else { 0.0 };
+            arrive = arrive.max(last_end.max(returned) + links.between(h, r).seconds(bytes));
         }
         self.ranks[r].t = arrive;
         Ok(Event::Exchanged(got))

@@ -991,6 +991,8 @@ impl Engine {
         self.received.retain(|k, _| k.step > step);
         self.settled.retain(|k| k.0 > step);
         self.moved.retain(|k| k.0 > step);
+        // Late decode CPU of a step no driver took (`take_late_cpu_s`) goes a step later.
+        self.cpu_by_step.retain(|&t, _| t + 1 >= step);
         let owed_late = self.late_out.as_ref().map_or(&[][..], |(_, keys)| &keys[..]);
         self.done.retain(|k, _| k.step > step || owed_late.contains(k));
         self.next_step = step + 1;
