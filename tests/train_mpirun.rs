@@ -247,7 +247,8 @@ fn samples_decoded_in_pieces_on_several_ranks_are_the_bytes_of_whole_decodes() {
 /// steps — leaves one rank late (`plan::Plan::late_rank`): the pieces others decode for it
 /// cross after their own batches are collected, in an exchange each issues at the start of its
 /// next call. Every sample still arrives once with the bytes of a whole decode, `--check-plan`
-/// agrees on every round, and the run ends (half its steps had a late rank in runs here).
+/// agrees on every round, and the run ends (half its steps had a late rank in runs here), also
+/// under a byte budget smaller than its batches.
 #[test]
 fn a_late_ranks_pieces_arrive_after_collection_with_the_bytes_of_whole_decodes() {
     let dir = common::tiny_dataset();
@@ -277,6 +278,11 @@ fn a_late_ranks_pieces_arrive_after_collection_with_the_bytes_of_whole_decodes()
     };
     assert!(pieces_in(3) > 0, "no piece reached the late rank after its collection");
     assert_eq!((0..3).map(pieces_in).sum::<u64>(), 0, "a rank other than the last received late pieces");
+    // Under a byte budget smaller than the batches, a wait for the late rank's jobs — queued
+    // behind the next step's — still gets bytes: the run ends (it deadlocked before 2026-12-05).
+    let tight = [&steps[..], &["--budget-mib", "4", "--max-skip-rate", "1"]].concat();
+    let squeezed = train_on(&[], &dir, "helix", &out.path().join("tight.json"), profile, &tight);
+    assert!(squeezed["summary"]["late_steps"].as_u64().unwrap() > 0, "no late rank under the tight budget");
     let off = [&steps[..], &["--no-late-pieces"]].concat();
     let plain = train_on(&[], &dir, "helix", &out.path().join("plain.json"), profile, &off);
     assert_eq!(plain["summary"]["late_steps"].as_u64(), Some(0), "--no-late-pieces still left a rank late");

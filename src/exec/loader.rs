@@ -957,7 +957,10 @@ impl<'w> Loader<'w> {
         // thread's progress (and its caller's) frees that.
         let last = keys.iter().map(|k| k.step).max();
         if let Some(last) = last {
-            self.pool.exempt_below((last + 1) << 32);
+            // A late rank's jobs queue behind the next step's (their key is past `last + 1 <<
+            // 32`): exempt up to the latest key waited for, or such a wait never gets bytes.
+            let queued = self.in_pool.iter().filter(|(_, (k, _, _))| keys.contains(k)).map(|(&d, _)| d + 1);
+            self.pool.exempt_below(queued.fold((last + 1) << 32, u64::max));
         }
         let first_overdraft = self.pool.overdrafts() == 0;
         while !self.engine.all_done(keys) {

@@ -39,6 +39,7 @@ pub(crate) const KEYS: &[&str] = &[
     "check_plan",
     "split_above_s",
     "plan_group_ranks",
+    "late_pieces",
     "transfer_model",
     "max_frames",
     "max_pixels",
@@ -121,6 +122,7 @@ impl dh_config {
             }
             "job" => l.job = value.to_string(),
             "check_plan" => l.check_plan = boolean(key, value)?,
+            "late_pieces" => l.late_pieces = boolean(key, value)?,
             "transfer_model" => {
                 l.measure_transfer = match value.trim() {
                     "default" => false,
@@ -262,7 +264,11 @@ pub extern "C" fn dh_config_from_file(path: *const c_char, config_out: *mut *mut
 /// `check_plan` (`true`/`false`), `split_above_s` (placement policies: decode every sample
 /// predicted longer than this many seconds in pieces), `plan_group_ranks` (place decode work
 /// within groups of this many consecutive ranks, each rank planning only its own; default 0:
-/// automatic, groups only from 1024 ranks), `transfer_model` (`default`: 20 µs +
+/// automatic, groups only from 1024 ranks), `late_pieces` (`true`/`false`, default `false`: in
+/// a step the CPUs cannot keep up with, one rank waits for its input and the pieces others
+/// decoded for it cross from their next call — only where every rank calls
+/// `dh_loader_prepare_ahead` or `dh_loader_ship_ahead` right after `dh_loader_next`, before any
+/// collective of its own, as `dh_loader_step` does), `transfer_model` (`default`: 20 µs +
 /// 5 GB/s; `measured`: an all-to-all-v sweep at `dh_loader_new`, the same model on every rank),
 /// `max_frames`, `max_pixels`,
 /// `collective_timeout_s` (the
@@ -322,6 +328,10 @@ mod tests {
         c.set_toml("data = \"/d\"\nsteps = 5\ncpu_budget = false\ncores = 2.5\npolicy = \"rank-local\"", "t")
             .unwrap();
         assert_eq!((c.loader.steps, c.loader.cores), (5, 2.5));
+        assert!(!c.loader.late_pieces, "late ranks are the caller's choice");
+        c.set("late_pieces", "true").unwrap();
+        assert!(c.loader.late_pieces);
+        assert_eq!(c.set("late_pieces", "sometimes").unwrap_err().code, dh_result::DH_INVALID_PARAMETER);
         assert_eq!(c.set_toml("x = [1]", "t").unwrap_err().code, dh_result::DH_PARSE);
         assert_eq!(c.set_toml("bogus = 1", "t").unwrap_err().code, dh_result::DH_UNKNOWN_KEY);
         assert_eq!(c.set_toml("= =", "t").unwrap_err().code, dh_result::DH_PARSE);
