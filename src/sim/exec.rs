@@ -331,7 +331,7 @@ impl Cluster<'_> {
                 }
                 Action::Assemble { .. } => {}
                 Action::Deliver(spec) => rank.delivered = Some(spec),
-                Action::Exchange(order) if order.label == "late" => {
+                Action::Exchange(order) if order.label == crate::step::LATE_EXCHANGE => {
                     let answer = self.late_exchange(r, &order)?;
                     self.ranks[r].answer = Some(answer);
                 }

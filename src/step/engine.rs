@@ -685,7 +685,7 @@ impl Engine {
                     .collect();
                 self.waiting = Some(Waiting::Parts);
                 Ok(Some(Action::Exchange(ExchangeOrder {
-                    label: "late",
+                    label: super::LATE_EXCHANGE,
                     step,
                     payload: Payload::Parts,
                     send: Vec::new(),
@@ -820,7 +820,7 @@ impl Engine {
         }
         self.waiting = Some(Waiting::Parts);
         Action::Exchange(ExchangeOrder {
-            label: "late",
+            label: super::LATE_EXCHANGE,
             step,
             payload: Payload::Parts,
             send: ranks_of(send),

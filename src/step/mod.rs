@@ -169,6 +169,11 @@ pub enum Payload {
     Samples,
 }
 
+/// The label of a late-rank step's `late` exchange (module docs, "A late rank"): the one exchange
+/// the ranks issue at different points of their calls, which a simulator must not meet in
+/// lockstep.
+pub const LATE_EXCHANGE: &str = "late";
+
 /// One pairwise exchange: every rank calls it; rank `q` is in `send` of rank `p` exactly when
 /// `p` is in `expect` of rank `q`.
 #[derive(Clone, Debug, PartialEq)]

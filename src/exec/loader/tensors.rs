@@ -174,7 +174,7 @@ impl Loader<'_> {
             }
         }
         let t1 = self.now();
-        let name = if order.label == "late" {
+        let name = if order.label == crate::step::LATE_EXCHANGE {
             // Which rank was late and what reached it after its step's collection, at a glance.
             format!("late step {}: {} pieces in, {pieces_out} out", order.step, out.len())
         } else {
