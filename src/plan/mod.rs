@@ -123,11 +123,11 @@ pub struct Plan {
     pub stretch_s: f64,
     /// First step, where its stretch falls short of the CPUs' pace (no split of its samples
     /// keeps a rank's accelerator busy that long, so some rank waits for its input whatever the
-    /// schedule) and [`PlanInput::late_pieces`] allows: the rank that waits — the most loaded,
-    /// which trains last. Its decode jobs queue behind the next step's on every rank, and the
-    /// pieces decoded for it that are not ready at collection reach it point-to-point after,
-    /// so that the other ranks' batches are ready when they come back from the gradient sync
-    /// (`src/step`, "late rank").
+    /// schedule) and [`PlanInput::late_pieces`] allows: the rank that waits — the last rank,
+    /// given the stretched batch. Its decode jobs queue behind the next step's on every rank,
+    /// and the pieces decoded for it that are not ready at collection reach it in one more
+    /// exchange after, so that the other ranks' batches are ready when they come back from the
+    /// gradient sync (`crate::step`, "A late rank").
     pub late_rank: Option<u32>,
     /// Batches predicted to miss their deadline.
     pub predicted_misses: u64,
@@ -480,8 +480,8 @@ fn falls_short(items: &batching::Items, split: &[u32], ranks: usize, target: u64
 /// caps are the same) and returns the rank that trains it. A late step's waiting rank is then
 /// the same every time: the rank that waited last step is the one whose decodes are behind,
 /// and the others' stay a step ahead (validation data at 4 ranks under a 100-ms CPU quota,
-/// simulated: 0.386 of rank-steps missed with the stretched rank late wherever the split put
-/// it, 0.333 with it on the last rank).
+/// simulated with a first version of late ranks: 0.386 of rank-steps missed with the stretched
+/// rank late wherever the split put it, 0.333 with it on the last rank).
 fn as_last_rank(split: &mut [u32], used: &mut [u64], caps: &[u64], top: u32) -> u32 {
     let last = (used.len() - 1) as u32;
     if caps[top as usize] != caps[last as usize] {
