@@ -236,8 +236,8 @@ impl Catalog for DataCatalog<'_> {
 
 /// One simulated rank: its engine, its decode pool and its clock.
 struct Rank {
-    /// When each of its decodes ended, by part key (kept two steps: a late rank's pieces are
-    /// looked up here once their decoder filed them).
+    /// When each of its decodes of late-rank steps ended, by part key (a late rank's pieces are
+    /// looked up here once their decoder filed them; kept until their step ends).
     ended: HashMap<PartKey, f64>,
     engine: Engine,
     pool: CpuPool,
@@ -253,8 +253,8 @@ struct Rank {
 }
 
 struct Cluster<'a> {
-    /// Pieces that crossed in an exchange (kept two steps): what a late rank still waits for
-    /// is what did not.
+    /// Pieces of late-rank steps that crossed in an exchange (kept until their step ends): what
+    /// a late rank still waits for is what did not.
     crossed: std::collections::HashSet<PartKey>,
     cfg: &'a SimConfig,
     catalog: DataCatalog<'a>,
@@ -284,11 +284,13 @@ impl Cluster<'_> {
 
     fn file(agreed: &Agreed, rank: &mut Rank, d: super::engine::Done) {
         let key = rank.tags[d.job.tag as usize];
-        rank.ended.insert(key, d.end_s);
-        let shape = agreed
-            .plan_of(key.step)
-            .and_then(|p| p.job_of.get(&(key.slot, key.part)).map(|&j| p.shapes[j]))
-            .unwrap_or([0; 4]);
+        let plan = agreed.plan_of(key.step);
+        // Only a late-rank step's decodes are looked up by their end.
+        if plan.is_some_and(|p| p.plan.late_rank.is_some()) {
+            rank.ended.insert(key, d.end_s);
+        }
+        let shape =
+            plan.and_then(|p| p.job_of.get(&(key.slot, key.part)).map(|&j| p.shapes[j])).unwrap_or([0; 4]);
         let f = Finished { key, ok: true, shape, seconds: d.end_s - d.start_s, cpu_s: d.job.cpu_s };
         rank.engine.finished(agreed, f);
     }
@@ -436,7 +438,7 @@ impl Cluster<'_> {
     /// this pass over the ranks: the late rank is the last one) and the bytes have crossed.
     fn late_exchange(&mut self, r: usize, order: &crate::step::ExchangeOrder) -> Result<Event, String> {
         let links = &self.cfg.links;
-        let bytes_of = |m: &crate::step::Message| (HEADER + m.shape.iter().product::<usize>()) as u64;
+        let bytes_of = message_bytes;
         if order.expect.is_empty() {
             let send_s: f64 =
                 order.outgoing.iter().map(|(to, m, _)| links.between(r, *to).seconds(bytes_of(m))).sum();
@@ -538,8 +540,9 @@ impl Cluster<'_> {
             }
             partners[r] = o.send.iter().chain(&o.expect).copied().filter(|&p| p != r).collect();
             for &(to, m, _) in &o.outgoing {
-                let bytes = (HEADER + if m.ok { m.shape.iter().product::<usize>() } else { 0 }) as u64;
-                if o.payload == crate::step::Payload::Parts {
+                let bytes = message_bytes(&m);
+                let late_step = self.agreed.plan_of(m.key.step).is_some_and(|p| p.plan.late_rank.is_some());
+                if late_step && o.payload == crate::step::Payload::Parts {
                     self.crossed.insert(m.key);
                 }
                 incoming[to].push((r, m, bytes));
@@ -555,6 +558,11 @@ impl Cluster<'_> {
         }
         Ok(())
     }
+}
+
+/// Bytes of one message on the wire: its header, and its tensor when decoded.
+fn message_bytes(m: &crate::step::Message) -> u64 {
+    (HEADER + if m.ok { m.shape.iter().product::<usize>() } else { 0 }) as u64
 }
 
 /// Simulates one run of `cfg` on `data`.
