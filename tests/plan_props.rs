@@ -54,6 +54,7 @@ fn arb_input() -> impl Strategy<Value = PlanInput> {
                     decode_pace_s: 0.0,
                     decode_pace_spread_s: 0.0,
                     late_pieces: false,
+                    late_due_s: 0.0,
                 }
             })
         },

@@ -134,8 +134,9 @@ pub struct LoaderConfig {
     /// only its own group's placement (`plan::groups`). 0, automatic: none below 1024 ranks,
     /// from there the nodes of a measured transfer model, else 8 consecutive ranks.
     pub plan_group_ranks: u32,
-    /// Whether a step its CPUs cannot keep up with gets a late rank, whose pieces decoded by
-    /// others may reach it after its batch's collection (`plan::Plan::late_rank`): only for a
+    /// Whether a step where some rank must wait whatever the schedule (its CPUs cannot keep up,
+    /// or decode chains outlast the deadline) gets late ranks, whose pieces decoded by others
+    /// may reach them after their batches' collection (`plan::Plan::late_ranks`): only for a
     /// caller that calls [`Loader::prepare_ahead`] (or [`Loader::ship_ahead`]) right after
     /// [`Loader::next_batch`], before any collective of its own — [`Loader::train_step`] does.
     /// Off by default; `datahelix train` turns it on.
@@ -718,7 +719,7 @@ impl<'w> Loader<'w> {
         self.agreed.stretched_plans()
     }
 
-    /// Steps whose plan left a late rank (`plan::Plan::late_rank`; every rank counts the same).
+    /// Steps whose plan left a late rank (`plan::Plan::late_ranks`; every rank counts the same).
     pub fn late_steps(&self) -> u64 {
         self.agreed.late_plans()
     }

@@ -147,7 +147,7 @@ pub struct Summary {
     #[serde(default)]
     pub stretched_steps: u64,
     /// Steps whose plan left one rank to wait for its input, its pieces sent after the others'
-    /// batches were collected ([`crate::plan::Plan::late_rank`]), warm-up included; absent (0)
+    /// batches were collected ([`crate::plan::Plan::late_ranks`]), warm-up included; absent (0)
     /// in results written before late ranks.
     #[serde(default)]
     pub late_steps: u64,

@@ -111,6 +111,8 @@ pub(super) struct Jobs<'a> {
     pub exchange_ns: Vec<i64>,
     pub guard_ns: Vec<i64>,
     pub tolerance_ns: i64,
+    /// Per rank: left waiting by the first step ([`crate::plan::Plan::late_ranks`]; empty: none).
+    pub late: Vec<bool>,
 }
 
 impl Jobs<'_> {
@@ -156,6 +158,11 @@ impl Jobs<'_> {
                     super::ns(s.queued_cpu_s / s.workers.max(1) as f64)
                 })
                 .collect(),
+            late: if self.late.is_empty() {
+                Vec::new()
+            } else {
+                ranks.iter().map(|&q| self.late[q as usize]).collect()
+            },
             deadline_ns: per_batch(&self.deadline_ns),
             exchange_ns: per_batch(&self.exchange_ns),
             tolerance_ns: self.tolerance_ns,

@@ -282,11 +282,17 @@ pub struct PlanInput {
     #[serde(default)]
     pub decode_pace_spread_s: f64,
     /// Whether the loader can hand a rank pieces after its batch's collection (its caller calls
-    /// `prepare_ahead` or `ship_ahead` right after `next_batch`): then a step its CPUs cannot
-    /// keep up with gets a late rank ([`crate::plan::Plan::late_rank`]). Inputs written without
-    /// it read as false.
+    /// `prepare_ahead` or `ship_ahead` right after `next_batch`): then a step where some rank
+    /// must wait whatever the schedule gets late ranks ([`crate::plan::Plan::late_ranks`]).
+    /// Inputs written without it read as false.
     #[serde(default)]
     pub late_pieces: bool,
+    /// Seconds from now until the batches are expected due, counting the waits predicted for
+    /// the steps before (a step whose late ranks wait on chains ends that much later): a sample
+    /// whose chain outlasts it is late wherever it is decoded ([`crate::plan::late`]). 0: the
+    /// ranks' earliest `accel_free_s`. Inputs written without it read as 0.
+    #[serde(default)]
+    pub late_due_s: f64,
 }
 
 impl PlanInput {
@@ -305,6 +311,9 @@ impl PlanInput {
         }
         if !(self.decode_pace_spread_s.is_finite() && self.decode_pace_spread_s >= 0.0) {
             return Err(format!("decode_pace_spread_s {} must be finite and ≥ 0", self.decode_pace_spread_s));
+        }
+        if !(self.late_due_s.is_finite() && self.late_due_s >= 0.0) {
+            return Err(format!("late_due_s {} must be finite and ≥ 0", self.late_due_s));
         }
         if !(0.0..1.0).contains(&self.options.guard_share) {
             return Err(format!("options.guard_share {} must be in [0, 1)", self.options.guard_share));

@@ -29,6 +29,7 @@
 pub mod batching;
 pub mod groups;
 mod input;
+pub mod late;
 pub mod packed;
 pub mod placement;
 pub mod rebalance;
@@ -37,6 +38,7 @@ pub mod synthetic;
 
 pub use groups::{GroupTiming, Scope};
 pub use input::{Batching, PieceIn, PlanInput, PlanOptions, RankState, SampleIn, TransferCost};
+pub use late::LATE_BELOW_PACE;
 
 use serde::Serialize;
 
@@ -121,14 +123,17 @@ pub struct Plan {
     /// CPUs' pace ([`PlanInput::decode_pace_s`], [`batching::stretch`]); 0 when the step was not
     /// decode-bound (or the plan places no decode work).
     pub stretch_s: f64,
-    /// First step, where its stretch falls short of the CPUs' pace (no split of its samples
-    /// keeps a rank's accelerator busy that long, so some rank waits for its input whatever the
-    /// schedule) and [`PlanInput::late_pieces`] allows: the rank that waits — the last rank,
-    /// given the stretched batch. Its decode jobs queue behind the next step's on every rank,
-    /// and the pieces decoded for it that are not ready at collection reach it in one more
-    /// exchange after, so that the other ranks' batches are ready when they come back from the
-    /// gradient sync (`crate::step`, "A late rank").
-    pub late_rank: Option<u32>,
+    /// First step, where some rank must wait for its input whatever the schedule and
+    /// [`PlanInput::late_pieces`] allows: the ranks left waiting, ascending — the last ones
+    /// ([`late`]: samples whose decode chains outlast their deadline, grouped on as few ranks
+    /// as a step no longer than the balanced one allows; or the one rank given the stretched
+    /// batch of a step the CPUs cannot keep up with). The pieces decoded for them that are not ready at collection reach
+    /// them in one more exchange after, so that the other ranks' batches are ready when they
+    /// come back from the gradient sync (`crate::step`, "A late rank"). Empty: none.
+    pub late_ranks: Vec<u32>,
+    /// Whether the late ranks' decode jobs queue behind the next step's on every rank (the
+    /// CPUs' case: the other ranks' next batches are due first); chains start at once.
+    pub late_jobs_behind: bool,
     /// Batches predicted to miss their deadline.
     pub predicted_misses: u64,
     /// Total predicted lateness, seconds.
@@ -154,6 +159,11 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Whether `rank` is one of the first step's late ranks ([`Plan::late_ranks`]).
+    pub fn is_late(&self, rank: usize) -> bool {
+        self.late_ranks.binary_search(&(rank as u32)).is_ok()
+    }
+
     /// Predicted accelerator seconds per rank of the first planned step.
     pub fn first_step_loads(&self) -> Vec<f64> {
         self.batches.iter().filter(|b| b.step == self.first_step).map(|b| b.accel_s).collect()
@@ -254,7 +264,9 @@ pub(crate) fn plan_as(
     let mut cap_violations = 0u32;
     let mut first_lb = 0u64;
     let mut stretched = 0u64;
-    let mut late_rank = None;
+    let mut late_ranks = Vec::new();
+    let mut late_jobs_behind = false;
+    let chain = if input.late_pieces && options.placement { late::chains(input, pieces) } else { Vec::new() };
     for k in 0..steps {
         // One step (the step engine plans one at a time): its samples are all of them.
         let idx: Vec<usize> = if steps == 1 {
@@ -286,9 +298,25 @@ pub(crate) fn plan_as(
             let reached = batching::stretch(&items, &mut split, target, margin_cap, &caps, &mut used);
             if k == 0 && reached > 0 {
                 stretched = c0 + reached;
-                if input.late_pieces {
-                    late_rank = falls_short(&items, &split, r, target)
-                        .map(|top| as_last_rank(&mut split, &mut used, &caps, top));
+            }
+            if k == 0 && input.late_pieces {
+                let due = match input.late_due_s {
+                    d if d > 0.0 => ns(d),
+                    _ => input.ranks.iter().map(|q| ns(q.accel_free_s)).min().unwrap_or(0),
+                };
+                let release: Vec<i64> = idx.iter().map(|&i| chain[i]).collect();
+                let tolerance = ns(options.miss_tolerance_s);
+                if let Some(m) = late::group_late(&items, &release, due, c0, tolerance, &caps, &mut split) {
+                    late_ranks = (r as u32 - m..r as u32).collect();
+                    used.fill(0);
+                    for (j, &i) in idx.iter().enumerate() {
+                        used[split[j] as usize] += mem[i];
+                    }
+                } else if reached > 0 {
+                    if let Some(top) = late::falls_short(&items, &split, r, target) {
+                        late_ranks = vec![late::as_last_rank(&mut split, &mut used, &caps, top)];
+                        late_jobs_behind = true;
+                    }
                 }
             }
         }
@@ -363,11 +391,17 @@ pub(crate) fn plan_as(
         deadline_ns: deadline,
         exchange_ns: exchange,
         tolerance_ns: ns(options.miss_tolerance_s),
+        late: if late_ranks.is_empty() {
+            Vec::new()
+        } else {
+            (0..r as u32).map(|q| late_ranks.contains(&q)).collect()
+        },
     };
     let o = options;
     let search = placement::Search {
         offload: o.placement,
-        swap_owners: o.placement && o.swap_owners,
+        // A swap of owners would take a late sample to a rank the grouping kept on time.
+        swap_owners: o.placement && o.swap_owners && (late_ranks.is_empty() || late_jobs_behind),
         max_moves: o.placement_moves,
         helpers: o.helpers_per_move,
     };
@@ -413,7 +447,11 @@ pub(crate) fn plan_as(
     // decides alike.
     let placed_everywhere = grouping.is_none();
     let mut h = Fnv::default();
-    h.word(first_step).word(r as u64).word(n as u64).word(late_rank.map_or(u64::MAX, u64::from));
+    h.word(first_step).word(r as u64).word(n as u64).word(late_jobs_behind as u64);
+    h.word(late_ranks.len() as u64);
+    for &q in &late_ranks {
+        h.word(q as u64);
+    }
     for i in 0..n {
         h.word(ids[i]).word(owner[i] as u64);
         if placed_everywhere {
@@ -444,7 +482,8 @@ pub(crate) fn plan_as(
         lower_bound_s: secs((c0 + first_lb) as i64),
         imbalance: if first_lb == 0 { 1.0 } else { first_max as f64 / first_lb as f64 },
         stretch_s: secs(stretched as i64),
-        late_rank,
+        late_ranks,
+        late_jobs_behind,
         predicted_misses: placed.misses,
         lateness_s: secs(placed.lateness_ns),
         delay_s: secs(placed.delay_ns),
@@ -456,46 +495,6 @@ pub(crate) fn plan_as(
         hash: h.finish(),
     };
     Ok(Planning { plan, timing })
-}
-
-/// How far short of the CPUs' pace a stretched step's most loaded rank must stay for the step
-/// to get a late rank: below this share of it. Nearer the pace the wait left is short and
-/// spread over every rank costs little; a late rank then only delays the batch it holds (the
-/// suite's workloads reach 0.94–1.0 of the pace where they fall short; the CPU-bound
-/// validation data at 4 ranks 0.02–0.76, median 0.48).
-pub const LATE_BELOW_PACE: f64 = 0.75;
-
-/// The rank a stretched step leaves waiting for its input: the most loaded (lowest index among
-/// equals) when even its load stays below [`LATE_BELOW_PACE`] of `target`, the CPUs' pace less
-/// the accelerator's constant; `None` when the stretch came that close, or the step carries no
-/// accelerator work the model knows of.
-fn falls_short(items: &batching::Items, split: &[u32], ranks: usize, target: u64) -> Option<u32> {
-    let loads = batching::loads(items, split, ranks);
-    let top = (0..ranks).fold(0, |a, q| if loads[q] > loads[a] { q } else { a });
-    let short = loads[top] > 0 && (loads[top] as f64) < LATE_BELOW_PACE * target as f64;
-    (ranks > 1 && short).then_some(top as u32)
-}
-
-/// Hands rank `top`'s batch to the last rank and the last rank's to `top` (where their memory
-/// caps are the same) and returns the rank that trains it. A late step's waiting rank is then
-/// the same every time: the rank that waited last step is the one whose decodes are behind,
-/// and the others' stay a step ahead (validation data at 4 ranks under a 100-ms CPU quota,
-/// simulated with a first version of late ranks: 0.386 of rank-steps missed with the stretched
-/// rank late wherever the split put it, 0.333 with it on the last rank).
-fn as_last_rank(split: &mut [u32], used: &mut [u64], caps: &[u64], top: u32) -> u32 {
-    let last = (used.len() - 1) as u32;
-    if caps[top as usize] != caps[last as usize] {
-        return top;
-    }
-    for o in split.iter_mut() {
-        if *o == top {
-            *o = last;
-        } else if *o == last {
-            *o = top;
-        }
-    }
-    used.swap(top as usize, last as usize);
-    last
 }
 
 #[cfg(test)]
@@ -535,6 +534,7 @@ mod tests {
             decode_pace_s: 0.0,
             decode_pace_spread_s: 0.0,
             late_pieces: false,
+            late_due_s: 0.0,
         }
     }
 
@@ -586,12 +586,12 @@ mod tests {
         // A pace of 1.1 s: the stretched rank reaches 0.5 s of the 0.6 s it aims at, more than
         // LATE_BELOW_PACE of it: no late rank.
         input.decode_pace_s = 1.1;
-        assert_eq!(plan(&input).unwrap().late_rank, None);
+        assert!(plan(&input).unwrap().late_ranks.is_empty());
         // 2 s: five samples, 0.5 s, of the 1.5 s — every split leaves some rank waiting. The
         // stretched batch goes to the last rank, which is named late.
         input.decode_pace_s = 2.0;
         let late = plan(&input).unwrap();
-        assert_eq!(late.late_rank, Some(3));
+        assert_eq!((&late.late_ranks[..], late.late_jobs_behind), (&[3][..], true));
         let loads = late.first_step_loads();
         assert!(
             (loads[3] - 1.0).abs() < 1e-9 && loads[..3].iter().all(|&a| (a - 0.6).abs() < 1e-9),
@@ -601,9 +601,34 @@ mod tests {
         // own) the same stretch, wherever the split put it, and no late rank.
         input.late_pieces = false;
         let plain = plan(&input).unwrap();
-        assert_eq!(plain.late_rank, None);
+        assert!(plain.late_ranks.is_empty());
         assert!((plain.first_step_loads()[0] - 1.0).abs() < 1e-9, "{:?}", plain.first_step_loads());
         assert_ne!(plain.hash, late.hash);
+    }
+
+    #[test]
+    fn samples_whose_chains_outlast_the_deadline_wait_on_the_last_ranks() {
+        // Sixteen samples over four ranks, due in 2.5 s: the first four decode in runs of
+        // 3.02–3.08 s on one worker (no placement makes them in time), the rest in 0.2 s.
+        let mut input = heavy_step(Vec::new());
+        input.samples = (1..=16)
+            .map(|id| step0_sample(id, 1000, if id <= 4 { 3.0 + id as f64 / 50.0 } else { 0.2 }))
+            .collect();
+        input.ranks.iter_mut().for_each(|q| q.workers = 8);
+        // (Owner swaps may group late samples too, by the placement's objective: off here.)
+        input.options.swap_owners = false;
+        let spread = plan(&input).unwrap();
+        let waits = |p: &Plan| (0..4).filter(|&q| (0..4).any(|i| p.owner[i] == q)).count();
+        assert!(spread.late_ranks.is_empty(), "without late pieces, balance alone");
+        assert!(waits(&spread) > 1, "balanced, the slow samples hold {} ranks", waits(&spread));
+        input.late_pieces = true;
+        let grouped = plan(&input).unwrap();
+        assert_eq!(grouped.late_ranks, vec![3]);
+        assert!(!grouped.late_jobs_behind, "chains start at once");
+        assert_eq!(waits(&grouped), 1);
+        assert!((0..4).all(|i| grouped.owner[i] == 3));
+        assert_ne!(grouped.hash, spread.hash);
+        assert_eq!(plan(&input).unwrap().hash, grouped.hash);
     }
 
     #[test]
@@ -672,6 +697,7 @@ mod tests {
             decode_pace_s: 0.0,
             decode_pace_spread_s: 0.0,
             late_pieces: false,
+            late_due_s: 0.0,
         };
         let node_of = vec![0, 0, 1, 1];
         let aware = plan(&input(TransferCost::per_node(&near, &far, node_of.clone()), 0.3)).unwrap();
@@ -733,6 +759,7 @@ mod tests {
             decode_pace_s: 0.0,
             decode_pace_spread_s: 0.0,
             late_pieces: false,
+            late_due_s: 0.0,
         };
         let bare = plan(&input(0.0)).unwrap();
         assert_eq!(bare.owner[0], bare.owner[1], "batching put both light-token samples on one rank");

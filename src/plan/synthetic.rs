@@ -81,6 +81,7 @@ pub fn synthetic(kind: Kind, samples: usize, ranks: usize, lookahead: usize, see
         decode_pace_s: 0.0,
         decode_pace_spread_s: 0.0,
         late_pieces: false,
+        late_due_s: 0.0,
         ranks: rank_states,
     }
 }

@@ -147,9 +147,11 @@ pub struct StepPlan {
     /// CPUs' pace ([`plan::Plan::stretch_s`]; 0: not stretched). The rebalance gate does not cut the
     /// step below it.
     pub stretch_s: f64,
-    /// The rank left to wait for its input where the step's stretch falls short of the CPUs'
-    /// pace ([`plan::Plan::late_rank`]; placement policies only).
-    pub late_rank: Option<u32>,
+    /// The ranks left to wait for their input, ascending ([`plan::Plan::late_ranks`]; placement
+    /// policies only).
+    pub late_ranks: Vec<u32>,
+    /// Whether their decode jobs queue behind the next step's ([`plan::Plan::late_jobs_behind`]).
+    pub late_jobs_behind: bool,
     /// What placing the groups took, where it did (measured, never read by a decision).
     pub timing: Option<plan::GroupTiming>,
     /// Hash of the decisions.
@@ -157,6 +159,11 @@ pub struct StepPlan {
 }
 
 impl StepPlan {
+    /// Whether `rank` is one of the step's late ranks ([`StepPlan::late_ranks`]).
+    pub fn is_late(&self, rank: usize) -> bool {
+        self.late_ranks.binary_search(&(rank as u32)).is_ok()
+    }
+
     /// The predicted step time: the slowest rank.
     pub fn step_s(&self) -> f64 {
         self.accel_s.iter().copied().fold(0.0, f64::max)
@@ -216,7 +223,8 @@ pub fn plan_step(
         hash,
         groups,
         stretch_s,
-        late_rank,
+        late_ranks,
+        late_jobs_behind,
         ..
     } = p;
     let mut decoder = decoder;
@@ -256,7 +264,8 @@ pub fn plan_step(
         delay_s: if policy.name().starts_with("helix") { delay_s } else { 0.0 },
         groups,
         stretch_s,
-        late_rank: late_rank.filter(|_| options.placement && policy != Policy::ActorPool),
+        late_ranks,
+        late_jobs_behind,
         timing,
         hash: h.finish(),
     })
@@ -357,6 +366,7 @@ mod tests {
             decode_pace_s: 0.0,
             decode_pace_spread_s: 0.0,
             late_pieces: false,
+            late_due_s: 0.0,
         };
         let p = plan_step(Policy::Helix, 0, &input, plan::Scope::Every).unwrap();
         assert!(p.step_s() < 0.02, "the prior predicts {} s", p.step_s());

@@ -286,7 +286,7 @@ impl Cluster<'_> {
         let key = rank.tags[d.job.tag as usize];
         let plan = agreed.plan_of(key.step);
         // Only a late-rank step's decodes are looked up by their end.
-        if plan.is_some_and(|p| p.plan.late_rank.is_some()) {
+        if plan.is_some_and(|p| !p.plan.late_ranks.is_empty()) {
             rank.ended.insert(key, d.end_s);
         }
         let shape =
@@ -431,18 +431,19 @@ impl Cluster<'_> {
     }
 
     /// A late-rank step's late exchange, which the ranks issue at different points of their calls
-    /// (the late rank right after its collection, the others at the start of their next call):
-    /// not met in lockstep. A sender pays its bytes' crossing; the late rank gets from each
+    /// (a late rank right after its collection, the others at the start of their next call):
+    /// not met in lockstep. A sender pays its bytes' crossing; a late rank gets from each
     /// sender the pieces it still owed at collection once the last of them is decoded (the
     /// sender's pool says when), the sender has returned from its collection (when it has, in
-    /// this pass over the ranks: the late rank is the last one) and the bytes have crossed.
+    /// this pass over the ranks: the late ranks are the last ones; another late rank sends from
+    /// its own late exchange, right after its collection) and the bytes have crossed.
     fn late_exchange(&mut self, r: usize, order: &crate::step::ExchangeOrder) -> Result<Event, String> {
         let links = &self.cfg.links;
         let bytes_of = message_bytes;
+        let send_s: f64 =
+            order.outgoing.iter().map(|(to, m, _)| links.between(r, *to).seconds(bytes_of(m))).sum();
+        self.ranks[r].t += send_s;
         if order.expect.is_empty() {
-            let send_s: f64 =
-                order.outgoing.iter().map(|(to, m, _)| links.between(r, *to).seconds(bytes_of(m))).sum();
-            self.ranks[r].t += send_s;
             return Ok(Event::Exchanged(Vec::new()));
         }
         let p = self
@@ -489,7 +490,8 @@ impl Cluster<'_> {
                 got.push((h, m, bytes_of(&m)));
             }
             let sender = &self.ranks[h];
-            let returned = if sender.done { sender.t + self.cfg.step_overhead_s } else { 0.0 };
+            let returned =
+                if sender.done && !p.plan.is_late(h) { sender.t + self.cfg.step_overhead_s } else { 0.0 };
             arrive = arrive.max(last_end.max(returned) + links.between(h, r).seconds(bytes));
         }
         self.ranks[r].t = arrive;
@@ -541,7 +543,8 @@ impl Cluster<'_> {
             partners[r] = o.send.iter().chain(&o.expect).copied().filter(|&p| p != r).collect();
             for &(to, m, _) in &o.outgoing {
                 let bytes = message_bytes(&m);
-                let late_step = self.agreed.plan_of(m.key.step).is_some_and(|p| p.plan.late_rank.is_some());
+                let late_step =
+                    self.agreed.plan_of(m.key.step).is_some_and(|p| !p.plan.late_ranks.is_empty());
                 if late_step && o.payload == crate::step::Payload::Parts {
                     self.crossed.insert(m.key);
                 }

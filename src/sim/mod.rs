@@ -243,7 +243,7 @@ pub struct PolicyResult {
     /// Steps whose plan stretched them past the balanced step to the CPUs' pace, warm-up
     /// included (a decode-bound step: the most loaded rank took samples from the others).
     pub stretched_steps: u64,
-    /// Steps whose plan left a late rank, warm-up included ([`crate::plan::Plan::late_rank`]).
+    /// Steps whose plan left a late rank, warm-up included ([`crate::plan::Plan::late_ranks`]).
     pub late_steps: u64,
     /// Wall seconds of the simulation.
     pub sim_wall_s: f64,

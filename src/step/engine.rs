@@ -82,7 +82,7 @@ enum Stage {
     /// Hands the batch over.
     Deliver { step: u64 },
     /// A late-rank step, after its collection's exchange: the late rank receives the pieces
-    /// decoded for it that were not ready ([`crate::plan::Plan::late_rank`]).
+    /// decoded for it that were not ready ([`crate::plan::Plan::late_ranks`]).
     LateReceive { step: u64 },
     /// A late-rank step, after its collection's exchange: the pieces this rank still owes the
     /// late rank, sent at the start of its next call.
@@ -478,7 +478,7 @@ impl Engine {
                 // batches are ready (1–30 ms at the start of most of their steps in real runs
                 // of the CPU-bound validation data).
                 let late = agreed.plan_of(step).is_some_and(|p| {
-                    p.plan.late_rank.is_none()
+                    !p.plan.late_jobs_behind
                         && p.plan.predicted_misses > 0
                         && p.partial.contains(&true)
                         && p.plan.delay_s > p.plan.step_under(&model)
@@ -513,11 +513,11 @@ impl Engine {
                 let mut then =
                     vec![Stage::AwaitOwn { step }, Stage::Assemble { step }, Stage::AfterDecode { step }];
                 if agreed.moves(step) {
-                    let late = agreed.plan_of(step).and_then(|p| p.plan.late_rank);
-                    match late {
-                        Some(l) if l as usize == self.rank => then.insert(0, Stage::LateReceive { step }),
-                        Some(_) => then.insert(0, Stage::LateOwed { step }),
-                        None => {}
+                    let plan = agreed.plan_of(step).map(|p| &p.plan);
+                    if plan.is_some_and(|p| p.is_late(self.rank)) {
+                        then.insert(0, Stage::LateReceive { step });
+                    } else if plan.is_some_and(|p| !p.late_ranks.is_empty()) {
+                        then.insert(0, Stage::LateOwed { step });
                     }
                     then.insert(0, Stage::Exchange { step, label: "collect", all: true });
                 }
@@ -531,11 +531,10 @@ impl Engine {
                 let Some(p) = agreed.plan_of(step).filter(|p| p.moves).cloned() else { return Ok(None) };
                 if all {
                     // What is owed to a late rank is sent after, from the next call.
-                    let late = p.plan.late_rank.map(|l| l as usize);
                     let waiting: Vec<PartKey> = self
                         .owed(&p)
                         .into_iter()
-                        .filter(|&j| Some(p.owner_of(j)) != late)
+                        .filter(|&j| !p.plan.is_late(p.owner_of(j)))
                         .map(|j| p.key_of(j))
                         .filter(|k| !self.done.contains_key(k))
                         .collect();
@@ -678,30 +677,26 @@ impl Engine {
             Stage::LateReceive { step } => {
                 let Some(p) = agreed.plan_of(step).cloned() else { return Ok(None) };
                 let me = self.rank;
+                // What it owes the other late ranks goes in the same exchange (they wait for it
+                // inside their calls too), once decoded.
+                let keys = self.owed_late(&p);
+                let waiting: Vec<PartKey> =
+                    keys.iter().copied().filter(|k| !self.done.contains_key(k)).collect();
+                if !waiting.is_empty() {
+                    self.stages.push_front(Stage::LateReceive { step });
+                    self.stages.push_front(Stage::CheckDone { step, keys: waiting.clone() });
+                    return Ok(Some(Action::Await { keys: waiting, until_s: None }));
+                }
                 let expect: Vec<usize> = p.inbound[me]
                     .iter()
                     .filter(|&&j| !self.got.contains(&p.key_of(j as usize)))
                     .map(|&j| p.decoder_of(j as usize))
                     .collect();
-                self.waiting = Some(Waiting::Parts);
-                Ok(Some(Action::Exchange(ExchangeOrder {
-                    label: super::LATE_EXCHANGE,
-                    step,
-                    payload: Payload::Parts,
-                    send: Vec::new(),
-                    expect: ranks_of(expect),
-                    outgoing: Vec::new(),
-                })))
+                Ok(Some(self.late_exchange(agreed, step, &keys, ranks_of(expect))))
             }
             Stage::LateOwed { step } => {
                 let Some(p) = agreed.plan_of(step).cloned() else { return Ok(None) };
-                let late = p.plan.late_rank.map(|l| l as usize);
-                let keys: Vec<PartKey> = self
-                    .owed(&p)
-                    .into_iter()
-                    .filter(|&j| Some(p.owner_of(j)) == late)
-                    .map(|j| p.key_of(j))
-                    .collect();
+                let keys = self.owed_late(&p);
                 self.late_out = Some((step, keys));
                 Ok(None)
             }
@@ -713,7 +708,7 @@ impl Engine {
                     self.stages.push_front(Stage::CheckDone { step, keys: waiting.clone() });
                     return Ok(Some(Action::Await { keys: waiting, until_s: None }));
                 }
-                Ok(Some(self.send_late(agreed, step, &keys)))
+                Ok(Some(self.late_exchange(agreed, step, &keys, Vec::new())))
             }
         }
     }
@@ -732,7 +727,7 @@ impl Engine {
                 pos: slot.pos.unwrap_or(0),
                 // A late rank's jobs queue behind the next step's, on every rank: the other
                 // ranks' batches of that step are due first.
-                priority: if p.plan.late_rank == Some(p.owner_of(j) as u32) {
+                priority: if p.plan.late_jobs_behind && p.plan.is_late(p.owner_of(j)) {
                     ((t + 1) << 32) | (1 << 31) | k as u64
                 } else {
                     (t << 32) | k as u64
@@ -756,6 +751,11 @@ impl Engine {
             .collect()
     }
 
+    /// This rank's jobs of `p` owed to its late ranks and not sent yet.
+    fn owed_late(&self, p: &Planned) -> Vec<PartKey> {
+        self.owed(p).into_iter().filter(|&j| p.plan.is_late(p.owner_of(j))).map(|j| p.key_of(j)).collect()
+    }
+
     /// One exchange of `p`'s parts: every pair with a part not yet across meets; what is decoded
     /// is sent.
     fn exchange_parts(&mut self, agreed: &Agreed, p: &Planned, label: &'static str) -> Action {
@@ -764,10 +764,10 @@ impl Engine {
         let mut outgoing = Vec::new();
         // A late rank's pieces skip its step's collection, where their bytes would hold the
         // ranks that decoded them: all that is left of them crosses in the late exchange.
-        let late = if label == "collect" { p.plan.late_rank.map(|l| l as usize) } else { None };
+        let late = |q: usize| label == "collect" && p.plan.is_late(q);
         for j in self.owed(p) {
             let (to, key) = (p.owner_of(j), p.key_of(j));
-            if Some(to) == late {
+            if late(to) {
                 continue;
             }
             send.push(to);
@@ -780,7 +780,7 @@ impl Engine {
                 self.sent.insert(key);
             }
         }
-        for &j in p.inbound[me].iter().filter(|_| late != Some(me)) {
+        for &j in p.inbound[me].iter().filter(|_| !late(me)) {
             let key = p.key_of(j as usize);
             if !self.got.contains(&key) {
                 expect.push(p.decoder_of(j as usize));
@@ -797,10 +797,10 @@ impl Engine {
         })
     }
 
-    /// The late exchange of `step` on a rank that is not its late rank: `keys` (decoded, owed
-    /// to the late rank) go to it; with none, the exchange meets no one, so every rank issues
-    /// the same collectives.
-    fn send_late(&mut self, agreed: &Agreed, step: u64, keys: &[PartKey]) -> Action {
+    /// The late exchange of `step`: `keys` (decoded, owed to late ranks) go to their owners,
+    /// and a late rank receives from the ranks in `expect`. A rank with neither meets no one,
+    /// so every rank issues the same collectives.
+    fn late_exchange(&mut self, agreed: &Agreed, step: u64, keys: &[PartKey], expect: Vec<usize>) -> Action {
         let me = self.rank;
         let mut send = Vec::new();
         let mut outgoing = Vec::new();
@@ -824,7 +824,7 @@ impl Engine {
             step,
             payload: Payload::Parts,
             send: ranks_of(send),
-            expect: Vec::new(),
+            expect,
             outgoing,
         })
     }

@@ -59,17 +59,21 @@
 //!
 //! With [`AgreedConfig::late_pieces`] (the caller's next call follows `Next` before any
 //! collective of its own: `Loader::train_step` does; `datahelix train` turns it on) and a caller
-//! that prepares or ships, a plan whose stretch falls far short of the CPUs' pace names a late
-//! rank ([`crate::plan::Plan::late_rank`]): some rank must wait for its input, and it is the
-//! last one, every such step. Its decode jobs queue behind the next step's on every rank, the
-//! pieces of it still decoding at its collection skip the collection's exchange, and one more
-//! exchange, `late`, carries them: the late rank issues it in its `Next` right after the
-//! collection's exchange and waits there for them; every other rank issues it first thing in
-//! its next call (`Prepare`, or `Ship`), once it has decoded what it owes (often nothing: then
-//! it meets no one). Every rank thus issues the same collectives in the same order, but the
-//! ranks whose batches are ready return from `Next` without waiting for the late rank's pieces.
-//! Such a step moves no samples after decoding (its gate decides no moves), and takes no early
-//! round. The simulator meets the `late` exchange out of lockstep, as the ranks do.
+//! that prepares or ships, a plan may name late ranks ([`crate::plan::Plan::late_ranks`]), the
+//! last ones, where some rank must wait for its input whatever the schedule: samples whose
+//! decode chains outlast the time until their batch is due, grouped on as few ranks as the step
+//! allows ([`crate::plan::late`]), or, where the CPUs fall far short of the step's pace, the
+//! last rank alone with the stretched batch (its decode jobs then queue behind the next step's
+//! on every rank). The pieces owed to a late rank skip the collection's exchange, and one more
+//! exchange, `late`, carries them: a late rank issues it in its `Next` right after the
+//! collection's exchange and waits there for its pieces (sending in it, once decoded, what it
+//! owes the other late ranks); every other rank issues it first thing in its next call
+//! (`Prepare`, or `Ship`), once it has decoded what it owes (often nothing: then it meets no
+//! one). Every rank thus issues the same collectives in the same order, but the ranks whose
+//! batches are ready return from `Next` without waiting for the late ranks' pieces. Such a step
+//! moves no samples after decoding (its gate decides no moves); a step whose late rank waits on
+//! the CPUs takes no early round. The simulator meets the `late` exchange out of lockstep, as
+//! the ranks do.
 
 mod agreed;
 mod engine;

@@ -175,8 +175,15 @@ impl Loader<'_> {
         }
         let t1 = self.now();
         let name = if order.label == crate::step::LATE_EXCHANGE {
-            // Which rank was late and what reached it after its step's collection, at a glance.
-            format!("late step {}: {} pieces in, {pieces_out} out", order.step, out.len())
+            // Which ranks were late and what reached this one after its step's collection.
+            let late = self.agreed.plan_of(order.step).map(|p| p.plan.late_ranks.clone()).unwrap_or_default();
+            let late: Vec<String> = late.iter().map(u32::to_string).collect();
+            format!(
+                "late step {} (ranks {} late): {} pieces in, {pieces_out} out",
+                order.step,
+                late.join(" "),
+                out.len()
+            )
         } else {
             format!("{} step {}", order.label, order.step)
         };

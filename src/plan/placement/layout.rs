@@ -63,6 +63,7 @@ impl Layout {
             pinned: self.gather(&p.pinned),
             workers: p.workers.clone(),
             backlog_ns: p.backlog_ns.clone(),
+            late: p.late.clone(),
             deadline_ns: p.deadline_ns.clone(),
             exchange_ns: p.exchange_ns.clone(),
             tolerance_ns: p.tolerance_ns,
