@@ -55,8 +55,9 @@ const SEARCH_STEPS: u32 = 20;
 /// The most accelerator work a late rank may take, in multiples of the balanced split's busiest
 /// rank. Chains are predictions: on the camera originals they err by a fifth or more, and a
 /// rank filled to the step's end on the strength of a short predicted chain ends past it when
-/// the chain runs long (at 64 ranks, without a cap, 0.74 of the bound instead of 0.84; with
-/// twice the load, 0.79, and the misses 0.205 instead of 0.167 — 0.488 before grouping).
+/// the chain runs long. egoexo4d-4k at 64 ranks (its file's budget): 0.843 of the bound and
+/// 0.506 of rank-steps missed before grouping; grouped with a cap of 3, 0.733 and 0.170; of 2,
+/// 0.775 and 0.192; of 1.5, 0.809 and 0.296 (and at 8 ranks above rank-local's misses).
 const LATE_LOAD_CAP: i64 = 2;
 
 /// The rank a stretched step leaves waiting for its input: the most loaded (lowest index among

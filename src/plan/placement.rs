@@ -73,7 +73,8 @@ pub struct Problem {
     /// none). The search moves no job of a late rank to another late rank, which would hold its
     /// own batch until the piece is sent. (The starting spread of pieces does not look: keeping
     /// it off the other late ranks cost a pass over the ranks a piece, 45 ms of a 512-rank plan
-    /// of the camera originals instead of 11, for 1.5% of their throughput at 8 ranks.)
+    /// of the camera originals instead of 11, for 1.5% of their throughput at 8 ranks and
+    /// more misses at some budgets.)
     pub late: Vec<bool>,
     /// Per rank and step (`r * steps + k`): the batch's deadline.
     pub deadline_ns: Vec<i64>,

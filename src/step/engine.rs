@@ -81,14 +81,15 @@ enum Stage {
     MoveAhead { step: u64, decision: Arc<AfterDecode> },
     /// Hands the batch over.
     Deliver { step: u64 },
-    /// A late-rank step, after its collection's exchange: the late rank receives the pieces
-    /// decoded for it that were not ready ([`crate::plan::Plan::late_ranks`]).
+    /// A late-rank step, after its collection's exchange, on a late rank: it receives the
+    /// pieces decoded for it that were not ready ([`crate::plan::Plan::late_ranks`]) and sends
+    /// what it owes the other late ranks, once decoded.
     LateReceive { step: u64 },
-    /// A late-rank step, after its collection's exchange: the pieces this rank still owes the
-    /// late rank, sent at the start of its next call.
+    /// A late-rank step, after its collection's exchange, on another rank: the pieces it still
+    /// owes the late ranks, sent at the start of its next call.
     LateOwed { step: u64 },
     /// The start of the call after a late-rank step's collection: this rank's pieces for the
-    /// late rank, once decoded, in one exchange (empty where it owes none).
+    /// late ranks, once decoded, in one exchange (empty where it owes none).
     LateSend { step: u64, keys: Vec<PartKey> },
 }
 
@@ -474,9 +475,10 @@ impl Engine {
                 // (helix's 1 ms misses 2.9% → 14.7%), so only a delay longer than the step
                 // itself — a wait no collective adds to — takes it.
                 let model = agreed.accel_model();
-                // A late-rank step's wait is planned: its round would only hold the ranks whose
-                // batches are ready (1–30 ms at the start of most of their steps in real runs
-                // of the CPU-bound validation data).
+                // A CPU-bound late rank's wait is planned: its round would only hold the ranks
+                // whose batches are ready (1–30 ms at the start of most of their steps in real
+                // runs of the CPU-bound validation data). Where late ranks wait on chains the
+                // round starts the steps ahead, as in any step predicted late.
                 let late = agreed.plan_of(step).is_some_and(|p| {
                     !p.plan.late_jobs_behind
                         && p.plan.predicted_misses > 0
