@@ -13,9 +13,9 @@
 //!   alone, such samples hold nearly every rank's batch (camera originals: 4K clips whose
 //!   targets sit ~250 frames past their keyframes, 6–8 s of decoding begun two steps ahead).
 //!   Grouped on the last ranks, in order of their chains, they hold only those.
-//! - **The CPUs' pace** ([`falls_short`]): a step whose decode work the CPUs take longer over
+//! - **The CPUs' pace** (`falls_short`): a step whose decode work the CPUs take longer over
 //!   than any split keeps an accelerator busy leaves its most loaded rank waiting; it becomes
-//!   the last rank ([`as_last_rank`]) and its decode jobs queue behind the next step's.
+//!   the last rank (`as_last_rank`) and its decode jobs queue behind the next step's.
 //!
 //! ```
 //! use datahelix::plan::batching::Items;
@@ -114,7 +114,7 @@ pub(crate) fn chains(input: &PlanInput, pieces: &[PieceIn]) -> Vec<i64> {
 ///
 /// The late items, latest first, fill the last ranks one after another, each rank while it
 /// still ends by a step end `T` and carries at most twice the busiest load of `owner`'s split
-/// ([`LATE_LOAD_CAP`]); the others go by weight (heaviest first, to the rank with the most
+/// (`LATE_LOAD_CAP`); the others go by weight (heaviest first, to the rank with the most
 /// room) to the on-time ranks and what the late ranks leave. At `T` = the end of `owner`'s
 /// split, that leaves the fewest late ranks this filling finds without lengthening the step;
 /// then a bisection finds the soonest `T` that keeps that many. Replaces `owner` with that split

@@ -394,7 +394,9 @@ pub(crate) fn plan_as(
         late: if late_ranks.is_empty() {
             Vec::new()
         } else {
-            (0..r as u32).map(|q| late_ranks.contains(&q)).collect()
+            let mut late = vec![false; r];
+            late_ranks.iter().for_each(|&q| late[q as usize] = true);
+            late
         },
     };
     let o = options;
