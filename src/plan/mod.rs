@@ -631,6 +631,15 @@ mod tests {
         assert!((0..4).all(|i| grouped.owner[i] == 3));
         assert_ne!(grouped.hash, spread.hash);
         assert_eq!(plan(&input).unwrap().hash, grouped.hash);
+        // Expected due later (the steps before predicted to wait), the chains are in time.
+        input.late_due_s = 4.0;
+        assert!(plan(&input).unwrap().late_ranks.is_empty());
+        // A due time from a caller or a file is checked before it is used.
+        for bad in [f64::NAN, f64::INFINITY, -1.0] {
+            input.late_due_s = bad;
+            let e = plan(&input).unwrap_err().to_string();
+            assert!(e.contains("late_due_s"), "{e}");
+        }
     }
 
     #[test]
