@@ -153,10 +153,6 @@ pub struct Planned {
     pub inbound: Vec<Vec<u32>>,
     /// Per slot: its decode jobs, in piece order.
     pub jobs_of: Vec<Vec<usize>>,
-    /// How much longer than its accelerator work the step is expected to take: where its late
-    /// ranks wait on chains ([`crate::plan::late`]), the plan's predicted delay; else 0. When
-    /// the steps after it are expected due counts it.
-    pub chain_wait_s: f64,
     /// Whether any job is decoded away from its sample's owner (every rank knows); always
     /// with planning groups, where a rank knows only its own group's placement.
     pub moves: bool,
@@ -165,6 +161,20 @@ pub struct Planned {
 }
 
 impl Planned {
+    /// How much longer than its accelerator work the step is expected to take: where its late
+    /// ranks wait on chains ([`crate::plan::late`]), the plan's predicted delay; else 0. When
+    /// the steps after it are expected due counts it. (The placement's delay carries the
+    /// planning margin; the expected chains, without it, left the steps after a long one
+    /// predicted due too soon, and their batches grouped late for nothing: 0.37–0.45 of the
+    /// camera originals' rank-steps missed at 8 ranks became 0.42–0.47.)
+    pub fn chain_wait_s(&self) -> f64 {
+        if self.plan.late_ranks.is_empty() || self.plan.late_jobs_behind {
+            0.0
+        } else {
+            self.plan.delay_s
+        }
+    }
+
     /// The batch slot of decode job `j`'s sample.
     pub fn slot_of(&self, j: usize) -> usize {
         self.usable[self.plan.jobs[j].sample as usize]
@@ -635,7 +645,7 @@ impl Agreed {
         let due = policy::time_to_deadline(now, t, planned, self.training) * (-self.accel.spread()).exp();
         // When the batch is expected due, the waits on chains of the steps before counted.
         let waited =
-            |j| self.plans.get(&j).map(|p: &Arc<Planned>| p.plan.step_under(&model) + p.chain_wait_s);
+            |j| self.plans.get(&j).map(|p: &Arc<Planned>| p.plan.step_under(&model) + p.chain_wait_s());
         let late_due = policy::time_to_deadline(now, t, waited, self.training);
         let exchange = match last {
             LastExchange::AtShip => (due - self.cfg.ship_slack_s).max(0.0),
@@ -714,21 +724,15 @@ impl Agreed {
         // margin), not its samples' whole decodes: where samples are split, those overstate the
         // work by 6–13% on the long-video sets (a whole video's prediction extrapolates the
         // pieces the model learns from), and the stretch acted on steps the CPUs kept up with.
-        let expected_s: Vec<f64> = (0..plan.jobs.len())
+        let expected: f64 = (0..plan.jobs.len())
             .map(|j| {
                 let codec = descriptors[plan.jobs[j].sample as usize].codec;
                 work[j].decode_s / self.decode_model.planning_factor(codec).max(1e-9)
             })
-            .collect();
+            .sum();
         if let Some(last) = self.paces.back_mut() {
-            *last = expected_s.iter().sum::<f64>() / workers;
+            *last = expected / workers;
         }
-        // Where the late ranks wait on chains, the placement's predicted delay of the step
-        // (with the planning margin: the expected chains, without it, left the steps after a
-        // long one predicted due too soon, and their batches grouped late for nothing: 0.37-0.45
-        // of the camera originals' rank-steps missed at 8 ranks became 0.42-0.47).
-        let chain_wait_s =
-            if plan.late_ranks.is_empty() || plan.late_jobs_behind { 0.0 } else { plan.delay_s };
         let partial: Vec<bool> = (0..plan.jobs.len())
             .map(|j| work[j].frames != FrameRange::whole(offer.frames[plan.jobs[j].sample as usize]))
             .collect();
@@ -748,7 +752,6 @@ impl Agreed {
             shapes,
             partial,
             plan,
-            chain_wait_s,
             job_of: HashMap::new(),
             owned: vec![Vec::new(); self.ranks],
             inbound: vec![Vec::new(); self.ranks],
