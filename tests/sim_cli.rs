@@ -197,6 +197,80 @@ fn split_quality_reads_a_workloads_records() {
     assert!(oracle <= realised + 1e-3, "{text}");
 }
 
+/// `scripts/suite_tables.py` reads what `sim --suite --json` writes: its regime table carries the
+/// JSON's ratios, and its check of issue 20's targets names the workload, policy and value that
+/// break one, and exits 1.
+#[test]
+fn suite_tables_read_a_suite_and_name_what_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let suite = dir.path().join("suite");
+    std::fs::create_dir(&suite).unwrap();
+    for f in ["panda70m.toml", "opensora12_buckets.toml", "calibration.json"] {
+        std::fs::copy(common::repo().join("scripts/workloads").join(f), suite.join(f)).unwrap();
+    }
+    let run = dir.path().join("s8_1.0.json");
+    let out = sim(&["--suite", suite.to_str().unwrap(), "--steps", "10", "--cpu-per-accel", "1.0", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(&run, &out.stdout).unwrap();
+    let tables = |args: &[&std::ffi::OsStr]| {
+        let out =
+            Command::new("python3").arg("scripts/suite_tables.py").args(args).output().expect("python3 runs");
+        let text =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.code(), text)
+    };
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (code, text) = tables(&["regimes".as_ref(), run.as_os_str()]);
+    assert_eq!(code, Some(0), "{text}");
+    for (regime, g) in doc["regimes"].as_object().unwrap() {
+        let vs = g["geomean_speedup_vs"]["rank-local"].as_f64().unwrap();
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("| {regime} |")))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(row.contains(&format!("| {vs:.2}× |")), "{row}");
+    }
+    let (code, text) = tables(&["budgets".as_ref(), run.as_os_str()]);
+    let all = doc["suite"]["geomean_speedup_vs"]["rank-local"].as_f64().unwrap();
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.starts_with("| regime | 8, X=1.0 |") && text.contains(&format!("| **all** | {all:.2}× / ")),
+        "{text}"
+    );
+    let (code, text) =
+        tables(&["workloads".as_ref(), "--only".as_ref(), "panda70m".as_ref(), run.as_os_str()]);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("| panda70m | 8 | 1.0 |")).count(), 1, "{text}");
+    assert!(!text.contains("opensora"), "{text}");
+    let (code, text) = tables(&["check".as_ref(), run.as_os_str()]);
+    assert!(code == Some(0) || code == Some(1), "{text}");
+    assert!(text.contains("holds: no policy above efficiency 1"), "{text}");
+    // A run where helix reports more than the bound and misses more than rank-local.
+    let mut bad = doc.clone();
+    for w in bad["workloads"].as_array_mut().unwrap() {
+        if w["workload"] == "panda70m" {
+            w["policies"]["helix"]["efficiency"] = 1.5.into();
+            w["policies"]["helix"]["miss_rate"] = 0.9.into();
+            w["policies"]["rank-local"]["miss_rate"] = 0.3.into();
+        }
+    }
+    let bad_run = dir.path().join("bad_0.75.json");
+    std::fs::write(&bad_run, serde_json::to_vec(&bad).unwrap()).unwrap();
+    let (code, text) = tables(&["check".as_ref(), bad_run.as_os_str()]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("FAILS: no policy above efficiency 1\n    panda70m helix 1.500 (8 ranks, X = 0.75)"),
+        "{text}"
+    );
+    assert!(text.contains("panda70m 1 ms 0.900 > 0.300 / 3 (8 ranks, X = 0.75)"), "{text}");
+    // A run whose budget is neither in its name nor given.
+    let unnamed = dir.path().join("run.json");
+    std::fs::copy(&run, &unnamed).unwrap();
+    let (code, text) = tables(&["check".as_ref(), unnamed.as_os_str()]);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(text.contains("run.json") && text.contains("X=FILE"), "{text}");
+}
+
 /// Helix's gate decides from the plan's sizes, so the samples it moves cross while the step
 /// before trains (`Ship`), off the input-wait path: in the simulator decoding runs ahead, so
 /// every move of a workload that rebalances happens there.
