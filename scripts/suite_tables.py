@@ -92,9 +92,9 @@ def table(header, rows):
     return "\n".join(out)
 
 
-def regime_row(name, g):
+def regime_row(name, n, g):
+    """A row of the regime table: `g` is a regime's (or the suite's) summary of `n` workloads."""
     vs, eff = g["geomean_speedup_vs"], g["geomean_efficiency"]
-    n = len(g["workloads"]) if "workloads" in g else "all"
     return [
         name,
         n,
@@ -110,8 +110,8 @@ def regime_row(name, g):
 
 def regimes(runs):
     for run in runs:
-        rows = [regime_row(name, g) for name, g in sorted(run.regimes.items())]
-        rows.append(["**all**", len(run.workloads)] + regime_row("", run.suite)[2:])
+        rows = [regime_row(name, len(g["workloads"]), g) for name, g in sorted(run.regimes.items())]
+        rows.append(regime_row("**all**", len(run.workloads), run.suite))
         header = ["regime", "n", "helix / rank-local", "/ actor-pool", "/ post-balance",
                   "miss reduction", "p95 reduction", "eff. rank-local", "eff. helix"]
         print(f"{run.name} ({run.path}):\n")
