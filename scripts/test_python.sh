@@ -5,7 +5,8 @@
 #   2. there, under `mpirun -np 2`: every array of every batch kept past the run and the loader's
 #      close (also under PYTHONMALLOC=debug), bytes equal to `datahelix decode`'s, exactly once
 #      per epoch, and resume from `state_dict()` in a new process;
-#   3. in the project's environment (.venv, with torch): DDP over gloo through datahelix.torch,
+#   3. in the project's environment (.venv, with torch): DDP over gloo through datahelix.torch
+#      (also with late ranks),
 #      the README's training loop (with its resume), the PyTorch C++ extension of
 #      csrc/examples/pytorch built by torch.utils.cpp_extension, and MindSpore (CPU): the AOT op
 #      of csrc/examples/mindspore and Tensor.from_numpy on the package's arrays.
@@ -60,6 +61,12 @@ tpy=$DH_VENV/bin/python
 mkdir -p "$work/ddp"
 MASTER_PORT=$(free_port) mpirun -np 2 "$tpy" python/tests/torch_ddp.py --data "$work/tiny" --out "$work/ddp"
 checks --run "$work/ddp"
+
+step "PyTorch: the same with late ranks, prepared before DDP's buffer broadcast (mpirun -np 2)"
+mkdir -p "$work/ddp-late"
+MASTER_PORT=$(free_port) mpirun -np 2 "$tpy" python/tests/torch_ddp.py --data "$work/tiny" --out "$work/ddp-late" \
+  --late --steps 12
+checks --run "$work/ddp-late"
 
 step "the README's PyTorch loop, and its resume from the checkpoints it saved"
 python3 - README.md python/examples/train_torch.py <<'PYEOF'

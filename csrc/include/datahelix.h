@@ -271,6 +271,12 @@ typedef struct dh_metrics {
    * After-decode rebalances skipped by the cost gate (whole run).
    */
   uint64_t rebalances_skipped;
+  /**
+   * Steps planned so far with late ranks (whole run; the same on every rank): steps where
+   * some rank must wait whatever the schedule and the last ranks take the wait (the
+   * `late_pieces` setting).
+   */
+  uint64_t late_steps;
 } dh_metrics;
 
 /**

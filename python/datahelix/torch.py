@@ -23,7 +23,12 @@ The step driver runs on the training thread, from hooks around the user's step:
 
 - the model's forward hook (``model=``) calls ``prepare_ahead`` once per step, once the step's
   forward is issued: on an accelerator that runs asynchronously, the loader plans the coming
-  steps while the step computes;
+  steps while the step computes. With ``late_pieces=True`` it runs before the forward instead
+  (a forward pre-hook): a late rank then waits inside ``next`` for pieces the other ranks send
+  from their ``prepare_ahead``, which must come before any collective of the step's forward —
+  DDP broadcasts its module's buffers there (``broadcast_buffers``). Pass the module you call,
+  the DDP wrapper, not the module inside it, and run no collective of your own between the
+  batch and the forward;
 - the optimizer's step hook (``optimizer=``) reports the step's seconds, from the batch's
   delivery to the optimizer's step, as the step's accelerator time (on CUDA, pass
   ``synchronize=torch.cuda.synchronize`` to measure the device's work, not its launch);
@@ -81,12 +86,15 @@ class DataHelix(torch.utils.data.IterableDataset):
         self._prepared = True       # whether that step's prepare_ahead ran
         self._hooks = []
         if model is not None:
-            self._hooks.append(model.register_forward_hook(self._after_forward))
+            if str(settings.get("late_pieces", False)).lower() in ("true", "1"):
+                self._hooks.append(model.register_forward_pre_hook(self._prepare))
+            else:
+                self._hooks.append(model.register_forward_hook(self._prepare))
         if optimizer is not None:
             self._hooks.append(optimizer.register_step_post_hook(self._after_optimizer_step))
 
     # -- hooks -------------------------------------------------------------------------------
-    def _after_forward(self, *_):
+    def _prepare(self, *_):
         if not self._prepared:
             self._prepared = True
             self.loader.prepare_ahead()

@@ -593,7 +593,7 @@ impl Loader {
         self.handle.0.check_thread().map_err(|e| raise(py, e))?;
         let m = self.handle.0.metrics();
         let d = PyDict::new(py);
-        let fields: [(&str, Py<PyAny>); 15] = [
+        let fields: [(&str, Py<PyAny>); 16] = [
             ("steps", m.steps.into_py_any(py)?),
             ("samples", m.samples.into_py_any(py)?),
             ("skipped", m.skipped.into_py_any(py)?),
@@ -609,6 +609,7 @@ impl Loader {
             ("bytes_in", m.bytes_in.into_py_any(py)?),
             ("rebalances_run", m.rebalances_run.into_py_any(py)?),
             ("rebalances_skipped", m.rebalances_skipped.into_py_any(py)?),
+            ("late_steps", m.late_steps.into_py_any(py)?),
         ];
         for (k, v) in fields {
             d.set_item(k, v)?;

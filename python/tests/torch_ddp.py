@@ -1,6 +1,12 @@
 """One rank of the PyTorch test: DDP (gloo) trains a small model through datahelix.torch.
 
-    mpirun -np 2 python torch_ddp.py --data DIR --out OUTDIR
+    mpirun -np 2 python torch_ddp.py --data DIR --out OUTDIR [--late --steps 12]
+
+With ``--late`` the loader has late ranks (``late_pieces``): in a step the CPUs cannot keep up
+with, the last rank waits inside ``next`` for pieces the other rank sends from its
+``prepare_ahead``; the model's buffer makes DDP broadcast at the start of every forward, so that
+call must come first (a forward pre-hook; from the post-hook the ranks deadlocked until the
+collective watchdog aborted the job). Checks that some step had a late rank.
 
 Checks on every rank: each frame tensor shares memory with the batch's numpy view (DLPack, no
 copy); tensors kept past their step still hold the bytes delivered, also after the loader is
@@ -30,8 +36,11 @@ class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.head = torch.nn.Linear(3, 2)
+        # A buffer: DDP broadcasts it from rank 0 at the start of each forward.
+        self.register_buffer("seen", torch.zeros(1))
 
     def forward(self, frames):
+        self.seen += len(frames)
         x = torch.stack([f.float().mean(dim=(0, 1, 2)) / 255.0 for f in frames])
         return self.head(x)
 
@@ -41,6 +50,7 @@ def main():
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--late", action="store_true", help="late ranks (late_pieces)")
     args = ap.parse_args()
 
     rank, size = dht.init_process_group("gloo")
@@ -48,7 +58,7 @@ def main():
     model = torch.nn.parallel.DistributedDataParallel(Net())
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     data = dht.DataHelix(args.data, model=model, optimizer=opt, global_batch=4, workers=2,
-                         steps=args.steps, seed=3, cpu_budget=False)
+                         steps=args.steps, seed=3, cpu_budget=False, late_pieces=args.late)
     assert data.loader.rank == rank and data.loader.size == size
     kept, steps, losses = [], [], []
     for batch in data:
@@ -71,6 +81,10 @@ def main():
     data.close()
     # The hooks reported each step: the optimizer's hook gave every step its accelerator seconds.
     assert metrics["steps"] == args.steps and metrics["accel_s"] > 0, metrics
+    if args.late:
+        assert metrics["late_steps"] > 0, f"no step had a late rank: the run shows nothing ({metrics})"
+    else:
+        assert metrics["late_steps"] == 0, metrics
     for t, digest in kept:
         assert sha(t) == digest, "a frame tensor kept past its step changed"
     # DLPack shares the batch's memory: a torch tensor and the numpy view are the same bytes.

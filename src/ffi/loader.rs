@@ -88,6 +88,10 @@ pub struct dh_metrics {
     pub rebalances_run: u64,
     /// After-decode rebalances skipped by the cost gate (whole run).
     pub rebalances_skipped: u64,
+    /// Steps planned so far with late ranks (whole run; the same on every rank): steps where
+    /// some rank must wait whatever the schedule and the last ranks take the wait (the
+    /// `late_pieces` setting).
+    pub late_steps: u64,
 }
 
 /// One step's batch on this rank: an opaque handle owned by the caller from `dh_loader_next`
@@ -131,6 +135,8 @@ pub struct dh_loader {
     /// Whether the last delivered step is not reported yet.
     unreported: bool,
     counters: Counters,
+    /// Steps planned with late ranks, as of the last delivered batch.
+    late_steps: u64,
     /// The thread that created the loader: the only one that may call it.
     owner: std::thread::ThreadId,
     /// Set while a call runs ([`dh_loader::guarded`]); found set when the next call starts, the
@@ -278,6 +284,7 @@ fn open_loader(config: &dh_config, comm: Option<CallerComm>) -> Result<dh_loader
         history: Vec::new(),
         unreported: false,
         counters: Counters::default(),
+        late_steps: 0,
         owner: std::thread::current().id(),
         in_call: false,
     })
@@ -420,6 +427,7 @@ impl dh_loader {
         };
         self.delivered += 1;
         self.counters = self.live()?.counters();
+        self.late_steps = self.live()?.late_steps();
         let charged = self.live()?.charged_bytes() as u64;
         let now = self.now();
         self.history.push(RankStep {
@@ -567,6 +575,7 @@ impl dh_loader {
             bytes_in,
             rebalances_run: self.counters.rebalances_run,
             rebalances_skipped: self.counters.rebalances_skipped,
+            late_steps: self.late_steps,
         }
     }
 }

@@ -64,6 +64,7 @@ class Metrics(ctypes.Structure):
         ("bytes_in", ctypes.c_uint64),
         ("rebalances_run", ctypes.c_uint64),
         ("rebalances_skipped", ctypes.c_uint64),
+        ("late_steps", ctypes.c_uint64),
     ]
 
     def as_dict(self):
