@@ -73,6 +73,13 @@ def init_process_group(backend="gloo", **kwargs):
     return rank, size
 
 
+def _on(value):
+    """Whether a boolean setting is on, read as the library reads it (``dh_config_set``)."""
+    if isinstance(value, bool):
+        return value
+    return str(value).strip() in ("true", "1", "yes", "on")
+
+
 class DataHelix(torch.utils.data.IterableDataset):
     """This rank's loader as an iterable of dicts of torch tensors (see the module's docs).
     Takes :class:`datahelix.Loader`'s settings; ``model`` and ``optimizer`` install the step
@@ -86,7 +93,7 @@ class DataHelix(torch.utils.data.IterableDataset):
         self._prepared = True       # whether that step's prepare_ahead ran
         self._hooks = []
         if model is not None:
-            if str(settings.get("late_pieces", False)).lower() in ("true", "1"):
+            if _on(settings.get("late_pieces", False)):
                 self._hooks.append(model.register_forward_pre_hook(self._prepare))
             else:
                 self._hooks.append(model.register_forward_hook(self._prepare))
