@@ -128,29 +128,36 @@ pub fn strided(n: usize, ranks: usize) -> Vec<u32> {
     (0..n).map(|p| (p % ranks.max(1)) as u32).collect()
 }
 
+/// [`stretch_margin_cap_ns`]'s share of one rank's spread, `√2 / 4`, measured on the suite at
+/// `cpu_per_accel` 1.25 (8 and 64 ranks) once the gate stopped cutting stretched steps
+/// ([`super::rebalance::rebalance_above`]): at `1/√2` (before, when half the stretches were cut)
+/// obelics-interleaved made 73.7 samples/s at 8 ranks against rank-local's 76.3 and
+/// webvid10m-short fell behind post-balance (25.18 against 25.27); at `√2 / 4` 76.8 and 25.83,
+/// no miss on either; at `√2 / 8` mmc4-interleaved missed 0.19 of its rank-steps (rank-local
+/// 0.13). At 64 ranks `√2 / 4` kept both interleaved sets without a miss.
+pub const STRETCH_MARGIN_FACTOR: f64 = std::f64::consts::SQRT_2 / 4.0;
+
 /// How far past the CPUs' pace [`stretch`] may reach, nanoseconds, when the pace of recent
 /// steps has standard deviation `spread_s` over `ranks` ranks: the spread of one rank's share of
 /// the step (`spread_s · √ranks`: a step's pace averages over every rank's samples) times
-/// `1/√2`; `u64::MAX` (no cap) when the spread is unknown (0). Where the pace holds steady a
-/// stretch of half the gap to the balanced load overshoots it, and the step loses what it
-/// overshoots: at `cpu_per_accel` 3 that was a third of the pace (README, "Budgets far short of
-/// the decode work"). The factor was measured on the suite (8 and 64 ranks): 1/√2 kept every
-/// miss target at 1.25; at 64 ranks 1/2 let obelics-interleaved miss 0.092 of its rank-steps
-/// and 1/4 0.355 (rank-local 0.012).
+/// [`STRETCH_MARGIN_FACTOR`]; `u64::MAX` (no cap) when the spread is unknown (0). Where the pace
+/// holds steady a stretch of half the gap to the balanced load overshoots it, and the step loses
+/// what it overshoots: at `cpu_per_accel` 3 that was a third of the pace (README, "Budgets far
+/// short of the decode work").
 ///
 /// ```
 /// use datahelix::plan::batching::stretch_margin_cap_ns;
 ///
 /// assert_eq!(stretch_margin_cap_ns(0.0, 8), u64::MAX); // unknown: half the gap, as ever
 /// assert_eq!(stretch_margin_cap_ns(f64::NAN, 8), u64::MAX);
-/// // 0.1 s over 8 ranks: 0.1 · √8 / √2 = 0.2 s.
-/// assert!(stretch_margin_cap_ns(0.1, 8).abs_diff(200_000_000) <= 1);
+/// // 0.1 s over 8 ranks: 0.1 · √8 · √2 / 4 = 0.1 s.
+/// assert!(stretch_margin_cap_ns(0.1, 8).abs_diff(100_000_000) <= 1);
 /// ```
 pub fn stretch_margin_cap_ns(spread_s: f64, ranks: usize) -> u64 {
     if spread_s.is_nan() || spread_s <= 0.0 {
         return u64::MAX;
     }
-    (spread_s * (ranks as f64).sqrt() * std::f64::consts::FRAC_1_SQRT_2 * 1e9) as u64
+    (spread_s * (ranks as f64).sqrt() * STRETCH_MARGIN_FACTOR * 1e9) as u64
 }
 
 fn fits(cap: &[u64], used: &[u64], r: usize, mem: u64) -> bool {

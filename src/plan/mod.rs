@@ -558,10 +558,10 @@ mod tests {
             (loads[0] - 1.0).abs() < 1e-9 && loads[1..].iter().all(|&a| (a - 0.6).abs() < 1e-9),
             "{loads:?}"
         );
-        // A steady pace (a spread of 0.05 s over 4 ranks) asks for less margin: 0.05 · √4 / √2.
+        // A steady pace (a spread of 0.05 s over 4 ranks) asks for less margin: 0.05 · √4 · √2 / 4.
         input.decode_pace_spread_s = 0.05;
         let steady = plan(&input).unwrap().stretch_s;
-        assert!((steady - (1.1 + 0.1 * std::f64::consts::FRAC_1_SQRT_2)).abs() < 1e-6, "{steady}");
+        assert!((steady - (1.1 + 0.1 * batching::STRETCH_MARGIN_FACTOR)).abs() < 1e-6, "{steady}");
         input.decode_pace_spread_s = 0.0;
         // A pace the balanced step already covers changes nothing.
         input.decode_pace_s = 0.7;

@@ -162,13 +162,17 @@ pub fn rebalance_above(
         if m == n {
             break;
         }
-        // The sample whose move best evens the two ranks, if any lowers the larger.
+        // The sample whose move best evens the two ranks, if any lowers the larger — evened
+        // down to the floor at most: among moves that reach it, the lightest, which leaves the
+        // rank's load nearest the floor (evening a stretched rank with the least loaded one
+        // would cut the step below the CPUs' pace for a gain of the little it was above it).
         let best = held[m]
             .iter()
-            .map(|&i| ((load[m] - w[i]).max(load[n] + w[i]), samples[i].id, i))
-            .filter(|&(worst, _, _)| worst < load[m])
+            .map(|&i| ((load[m] - w[i]).max(load[n] + w[i]), i))
+            .filter(|&(worst, _)| worst < load[m])
+            .map(|(worst, i)| (worst.max(floor), if worst <= floor { w[i] } else { 0 }, samples[i].id, i))
             .min();
-        let Some((_, _, i)) = best else { break };
+        let Some((_, _, _, i)) = best else { break };
         load[m] -= w[i];
         load[n] += w[i];
         // A moved tensor stays where it went: it crosses one link, from its owner.
@@ -250,6 +254,28 @@ mod tests {
         let slow = TransferCost::linear(0.5, 1e9);
         assert!(rebalance_above(&samples, 2, &accel, &slow, 0.1, 0.0).run);
         assert!(!rebalance_above(&samples, 2, &accel, &slow, 0.1, 1.5).run);
+    }
+
+    #[test]
+    fn a_stretched_rank_a_little_above_its_floor_gives_the_lightest_sample_that_reaches_it() {
+        // Rank 0 was stretched to 3.0 s and the model now says 3.05 s; rank 1 holds 2.0 s.
+        // Evening the two would move the 0.5-s sample and end the step at 2.55 s, under the CPUs'
+        // pace; the 0.1-s one brings rank 0 to the floor and the step stays where it was planned.
+        let accel = AccelModel { c0: 0.0, a: 1e-3, b: 0.0 };
+        let samples = [
+            Decoded { id: 1, owner: 0, tokens: 500, bytes: 1_000 },
+            Decoded { id: 2, owner: 0, tokens: 100, bytes: 1_000 },
+            Decoded { id: 3, owner: 0, tokens: 2_450, bytes: 1_000 },
+            Decoded { id: 4, owner: 1, tokens: 2_000, bytes: 1_000 },
+        ];
+        let fast = TransferCost::linear(1e-6, 1e12);
+        let d = rebalance_above(&samples, 2, &accel, &fast, 0.1, 3.0);
+        assert!(d.run, "{d:?}");
+        let moved: Vec<usize> = d.moves.iter().map(|m| m.sample).collect();
+        assert_eq!(moved, [1], "{d:?}");
+        // Without a floor the gate evens them: the 0.5-s sample goes.
+        let even = rebalance_above(&samples, 2, &accel, &fast, 0.1, 0.0);
+        assert_eq!(even.moves.iter().map(|m| m.sample).collect::<Vec<_>>(), [0], "{even:?}");
     }
 
     #[test]
