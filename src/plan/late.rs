@@ -52,13 +52,18 @@ pub const LATE_BELOW_PACE: f64 = 0.75;
 /// of the interval searched).
 const SEARCH_STEPS: u32 = 20;
 
-/// The most accelerator work a late rank may take, in multiples of the balanced split's busiest
-/// rank. Chains are predictions: on the camera originals they err by a fifth or more, and a
-/// rank filled to the step's end on the strength of a short predicted chain ends past it when
-/// the chain runs long. egoexo4d-4k at 64 ranks (its file's budget): 0.843 of the bound and
-/// 0.506 of rank-steps missed before grouping; grouped with a cap of 3, 0.733 and 0.170; of 2,
-/// 0.775 and 0.192; of 1.5, 0.809 and 0.296 (and at 8 ranks above rank-local's misses).
-const LATE_LOAD_CAP: i64 = 2;
+/// The most accelerator work a late rank may take, as a fraction (numerator, denominator) of
+/// the balanced split's busiest rank. Chains are predictions: on the camera originals they err
+/// by a fifth or more, and a rank filled to the step's end on the strength of a short predicted
+/// chain ends past it when the chain runs long; a rank allowed more holds more late samples, and
+/// fewer ranks wait. egoexo4d-4k at 64 ranks (its file's budget): 0.843 of the bound and 0.506
+/// of rank-steps missed before grouping; grouped with a cap of 3, 0.733 and 0.170; of 2, 0.775
+/// and 0.192; of 1.5, 0.809 and 0.296 (and at 8 ranks above rank-local's misses). At 512 ranks
+/// (X = 0.5, 0.75, 1.0, 1.25; rank-local 0.156) a cap of 2 left 0.146, 0.161, 0.146 and 0.176
+/// of rank-steps missed at 0.77–0.78 of the bound; 5/2 leaves 0.155, 0.138, 0.145 and 0.145 at
+/// 0.75 (3% of throughput), 3 0.143 at 0.71; at 64 ranks 5/2 costs 2% (misses 0.167–0.200,
+/// rank-local 0.227), at 8 ranks it changes nothing.
+const LATE_LOAD_CAP: (i64, i64) = (5, 2);
 
 /// The rank a stretched step leaves waiting for its input: the most loaded (lowest index among
 /// equals) when even its load stays below [`LATE_BELOW_PACE`] of `target`, the CPUs' pace less
@@ -113,7 +118,7 @@ pub(crate) fn chains(input: &PlanInput, pieces: &[PieceIn]) -> Vec<i64> {
 /// its load. Items released more than `tolerance` past `due` are late wherever they go.
 ///
 /// The late items, latest first, fill the last ranks one after another, each rank while it
-/// still ends by a step end `T` and carries at most twice the busiest load of `owner`'s split
+/// still ends by a step end `T` and carries at most 5/2 of the busiest load of `owner`'s split
 /// (`LATE_LOAD_CAP`); the others go by weight (heaviest first, to the rank with the most
 /// room) to the on-time ranks and what the late ranks leave. At `T` = the end of `owner`'s
 /// split, that leaves the fewest late ranks this filling finds without lengthening the step;
@@ -160,7 +165,7 @@ pub fn group_late(
         due,
         c0,
         ranks,
-        most: load.iter().copied().max().unwrap_or(0).saturating_mul(LATE_LOAD_CAP),
+        most: load.iter().copied().max().unwrap_or(0).saturating_mul(LATE_LOAD_CAP.0) / LATE_LOAD_CAP.1,
     };
     let mut best = Vec::new();
     let fewest = filling.fill(before_end, &mut best)?;
