@@ -61,8 +61,8 @@ const SEARCH_STEPS: u32 = 20;
 /// and 0.192; of 1.5, 0.809 and 0.296 (and at 8 ranks above rank-local's misses). At 512 ranks
 /// (X = 0.5, 0.75, 1.0, 1.25; rank-local 0.156) a cap of 2 left 0.146, 0.161, 0.146 and 0.176
 /// of rank-steps missed at 0.77–0.78 of the bound; 5/2 leaves 0.155, 0.138, 0.145 and 0.145 at
-/// 0.75 (3% of throughput), 3 0.143 at 0.71; at 64 ranks 5/2 costs 2% (misses 0.167–0.200,
-/// rank-local 0.227), at 8 ranks it changes nothing.
+/// 0.75 of it (3% less throughput); 3 leaves 0.143 at 0.71 (X = 0.75). At 64 ranks 5/2 costs 2%
+/// (misses 0.167–0.200, rank-local 0.227); at 8 ranks it changes nothing.
 const LATE_LOAD_CAP: (i64, i64) = (5, 2);
 
 /// The rank a stretched step leaves waiting for its input: the most loaded (lowest index among
