@@ -7,6 +7,8 @@ and torch_ddp.py) against the dataset and, optionally, against a resumed run.
   manifest is delivered or skipped exactly once over all ranks;
 - every delivered tensor's sha256 equals that of ``datahelix decode DIR --json`` (FFmpeg's
   decode of the same sample, outside the loader);
+- the ranks' model parameters are equal where they wrote their digests (``params_sha256``,
+  torch_ddp.py: DDP kept the replicas equal);
 - a resumed run's steps deliver the uninterrupted run's global batches: the same ids with the
   same bytes (over all ranks: which rank gets which sample may differ).
 """
@@ -21,12 +23,16 @@ import sys
 
 
 def load_run(out):
-    ranks = {}
+    ranks, params = {}, {}
     for path in sorted(glob.glob(os.path.join(out, "rank-*.json"))):
         with open(path) as f:
             r = json.load(f)
         ranks[r["rank"]] = {s["step"]: s for s in r["steps"]}
+        if "params_sha256" in r:
+            params[r["rank"]] = r["params_sha256"]
     assert ranks, f"no rank-*.json in {out}"
+    assert not params or (len(params) == len(ranks) and len(set(params.values())) == 1), \
+        f"the ranks' model parameters differ after training (sha256 by rank: {params})"
     return ranks
 
 
