@@ -148,6 +148,14 @@ fn a_workloads_records_give_its_summary_again() {
             again.efficiency
         );
         assert!(again.efficiency > 0.0 && again.efficiency <= 1.0, "{p}: {}", again.efficiency);
+        // The bound for loaders that split before the noise (fact 5) likewise, never below.
+        let blind = v["policies"][p]["blind_efficiency"].as_f64().unwrap();
+        assert!(
+            (again.blind_efficiency - blind).abs() < 1e-9,
+            "{p}: {} from the records, {blind} printed",
+            again.blind_efficiency
+        );
+        assert!(blind >= again.efficiency, "{p}: blind {blind} below the sound {}", again.efficiency);
     }
     // Policies not asked for are not written.
     assert!(!dir.path().join("sim-actor-pool.json").exists());

@@ -175,6 +175,7 @@ fn result(name: &str, regime: &str, helix: f64, rank_local: f64, miss: (f64, f64
         miss_rate,
         p95_wait_s: miss_rate,
         efficiency: throughput / 100.0,
+        blind_efficiency: throughput / 100.0,
         miss_rate_10ms: 0.0,
         rebalances_run: 0,
         rebalances_skipped: 0,

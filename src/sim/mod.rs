@@ -219,8 +219,11 @@ pub struct PolicyResult {
     pub miss_rate: f64,
     /// 95th-percentile input wait.
     pub p95_wait_s: f64,
-    /// Ideal-bound efficiency.
+    /// The sound bound's wall time over the measured one (at most 1).
     pub efficiency: f64,
+    /// The bound in expectation for a planner that does not see a step's noise, over the
+    /// measured wall time (`metrics::Summary::blind_efficiency`).
+    pub blind_efficiency: f64,
     /// Share above 10 ms.
     pub miss_rate_10ms: f64,
     /// Rebalances run / skipped.
@@ -263,6 +266,7 @@ impl PolicyResult {
             miss_rate: s.miss_rate,
             p95_wait_s: s.p95_wait_s,
             efficiency: s.efficiency,
+            blind_efficiency: s.blind_efficiency,
             miss_rate_10ms: s.miss_rate_10ms,
             rebalances_run: s.rebalances_run,
             rebalances_skipped: s.rebalances_skipped,
