@@ -304,12 +304,13 @@ pub fn run(args: SimArgs) -> Result<i32, CliError> {
             }
             if !args.json {
                 println!(
-                    "{:<16} {:>10.2} samples/s  miss {:.3}  p95 wait {:.1} ms  efficiency {:.2}",
+                    "{:<16} {:>10.2} samples/s  miss {:.3}  p95 wait {:.1} ms  efficiency {:.2} (blind to the noise {:.2})",
                     p.name(),
                     pr.throughput,
                     pr.miss_rate,
                     pr.p95_wait_s * 1e3,
-                    pr.efficiency
+                    pr.efficiency,
+                    pr.blind_efficiency
                 );
             }
             out.insert(
