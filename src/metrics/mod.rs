@@ -136,9 +136,9 @@ pub struct Summary {
     /// ([`bound`]): at most 1 for any schedule.
     pub efficiency: f64,
     /// The bound in expectation for loaders that split a step before its noise is drawn
-    /// (every real one: [`bound::blind`], fact 5) over the measured wall time; at least `efficiency`.
-    /// Not a bound on each run: a run can land above 1 by luck, by about the spread of a step's
-    /// slowest rank over the square root of the steps. Equal to `efficiency` without emulator
+    /// (every real one: [`bound::blind`], fact 5) over the measured wall time; at least
+    /// `efficiency`. Not a bound on each run: a run can land above 1 by luck, where its heavier
+    /// steps draw milder factors than the run's mean. Equal to `efficiency` without emulator
     /// noise terms (a real accelerator); absent (0) in results written before it.
     #[serde(default)]
     pub blind_efficiency: f64,
@@ -214,7 +214,7 @@ pub fn summarize(records: &[RankStep], shape: RunShape) -> Summary {
         by_step.entry(r.step).or_default().push(r);
     }
     let cores = shape.cores.max(1e-9);
-    let noise = bound::blind::NoiseLaw::of(by_step.values().map(Vec::as_slice), shape.ranks);
+    let noise_law = bound::blind::NoiseLaw::of(by_step.values().map(Vec::as_slice), shape.ranks);
     let mut per_step = Vec::with_capacity(by_step.len());
     let mut blind_steps = Vec::with_capacity(by_step.len());
     let mut step_max_wait = Vec::with_capacity(by_step.len());
@@ -224,7 +224,8 @@ pub fn summarize(records: &[RankStep], shape: RunShape) -> Summary {
         let chain_s = bound::step_chain(of_step, cpu_s);
         let step = bound::StepBound { step: s, accel_s, floor_s, cpu_s, chain_s };
         per_step.push(step);
-        let blind = noise.as_ref().and_then(|law| bound::blind::blind_step_accel(of_step, shape.ranks, law));
+        let blind =
+            noise_law.as_ref().and_then(|law| bound::blind::blind_step_accel(of_step, shape.ranks, law));
         blind_steps.push(bound::StepBound { accel_s: blind.unwrap_or(accel_s), ..step });
         step_max_wait.push(of_step.iter().map(|r| r.input_wait_s).fold(0.0, f64::max));
     }

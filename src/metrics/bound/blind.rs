@@ -6,8 +6,9 @@
 //! use datahelix::metrics::bound::blind::{blind_step_accel, NoiseLaw};
 //! use datahelix::metrics::{AccelTerms, RankStep};
 //!
-//! // Two ranks of 1 s each (c0 = 0) drew factors 0.9 and 1.1: a loader that does not know which
-//! // rank draws which meets the slower one's on an even split — the fact 1 term knows, 1.048.
+//! // Two ranks of 1 s each (c0 = 0) drew factors 0.9 and 1.1. Fact 1, knowing which rank drew
+//! // which, allows 1.048 s (the fractional split); a loader that splits before the draw meets
+//! // the slower factor on its even split: 1.1 s.
 //! let rec = |noise| RankStep {
 //!     accel: Some(AccelTerms { fixed_s: 0.0, work_s: 1.0, noise }),
 //!     ..RankStep::default()
