@@ -158,8 +158,8 @@ def workloads(runs, only):
 
 def check(runs):
     """Issue 20's suite targets; returns whether all hold. Then, not a target, the efficiency
-    floors against the bound for loaders that split before the noise is drawn (fact 5 of
-    `src/metrics/bound.rs`: `blind_efficiency`, absent in runs before it)."""
+    floors against the bound for loaders that split before the noise is drawn (fact 5,
+    `src/metrics/bound/blind.rs`: `blind_efficiency`, absent in runs before it)."""
     fails, blind = {}, {}
 
     def target(name, bad):
