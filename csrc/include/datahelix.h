@@ -273,8 +273,8 @@ typedef struct dh_metrics {
   uint64_t rebalances_skipped;
   /**
    * Steps planned so far with late ranks (whole run; the same on every rank): steps where
-   * some rank must wait whatever the schedule and the last ranks take the wait (the
-   * `late_pieces` setting).
+   * some rank must wait whatever the schedule and the last ranks (of each planning group)
+   * take the wait (the `late_pieces` setting).
    */
   uint64_t late_steps;
 } dh_metrics;
@@ -374,8 +374,8 @@ dh_result dh_config_from_file(const char *path, struct dh_config **config_out);
  * within groups of this many consecutive ranks, each rank planning only its own; default 0:
  * automatic, groups only from 1024 ranks), `late_pieces` (`true`/`false`, default `false`: in
  * a step where some rank must wait whatever the schedule — the CPUs cannot keep up, or decode
- * chains outlast the deadline — the last ranks wait for their input and the pieces others
- * decoded for them cross from their next call — only where every rank calls
+ * chains outlast the deadline — the last ranks (of each planning group) wait for their input
+ * and the pieces others decoded for them cross from their next call — only where every rank calls
  * `dh_loader_prepare_ahead` or `dh_loader_ship_ahead` right after `dh_loader_next`, before any
  * collective of its own, as `dh_loader_step` does), `transfer_model` (`default`: 20 µs +
  * 5 GB/s; `measured`: an all-to-all-v sweep at `dh_loader_new`, the same model on every rank),

@@ -266,8 +266,8 @@ pub extern "C" fn dh_config_from_file(path: *const c_char, config_out: *mut *mut
 /// within groups of this many consecutive ranks, each rank planning only its own; default 0:
 /// automatic, groups only from 1024 ranks), `late_pieces` (`true`/`false`, default `false`: in
 /// a step where some rank must wait whatever the schedule — the CPUs cannot keep up, or decode
-/// chains outlast the deadline — the last ranks wait for their input and the pieces others
-/// decoded for them cross from their next call — only where every rank calls
+/// chains outlast the deadline — the last ranks (of each planning group) wait for their input
+/// and the pieces others decoded for them cross from their next call — only where every rank calls
 /// `dh_loader_prepare_ahead` or `dh_loader_ship_ahead` right after `dh_loader_next`, before any
 /// collective of its own, as `dh_loader_step` does), `transfer_model` (`default`: 20 µs +
 /// 5 GB/s; `measured`: an all-to-all-v sweep at `dh_loader_new`, the same model on every rank),

@@ -89,8 +89,8 @@ pub struct dh_metrics {
     /// After-decode rebalances skipped by the cost gate (whole run).
     pub rebalances_skipped: u64,
     /// Steps planned so far with late ranks (whole run; the same on every rank): steps where
-    /// some rank must wait whatever the schedule and the last ranks take the wait (the
-    /// `late_pieces` setting).
+    /// some rank must wait whatever the schedule and the last ranks (of each planning group)
+    /// take the wait (the `late_pieces` setting).
     pub late_steps: u64,
 }
 

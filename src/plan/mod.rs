@@ -124,8 +124,9 @@ pub struct Plan {
     /// decode-bound (or the plan places no decode work).
     pub stretch_s: f64,
     /// First step, where some rank must wait for its input whatever the schedule and
-    /// [`PlanInput::late_pieces`] allows: the ranks left waiting, ascending — the last ones
-    /// ([`late`]: samples whose decode chains outlast their deadline, grouped on as few ranks
+    /// [`PlanInput::late_pieces`] allows: the ranks left waiting, ascending — the last ones, of
+    /// each placement group where there are groups ([`late`]: samples whose decode chains
+    /// outlast their deadline, grouped on as few ranks
     /// as a step no longer than the balanced one allows; or the one rank given the stretched
     /// batch of a step the CPUs cannot keep up with). The pieces decoded for them that are not ready at collection reach
     /// them in one more exchange after, so that the other ranks' batches are ready when they
@@ -266,6 +267,7 @@ pub(crate) fn plan_as(
     let mut stretched = 0u64;
     let mut late_ranks = Vec::new();
     let mut late_jobs_behind = false;
+    let grouping = if options.placement { groups::Groups::of(input) } else { None };
     let chain = if input.late_pieces && options.placement { late::chains(input, pieces) } else { Vec::new() };
     for k in 0..steps {
         // One step (the step engine plans one at a time): its samples are all of them.
@@ -306,8 +308,18 @@ pub(crate) fn plan_as(
                 };
                 let release: Vec<i64> = idx.iter().map(|&i| chain[i]).collect();
                 let tolerance = ns(options.miss_tolerance_s);
-                if let Some(m) = late::group_late(&items, &release, due, c0, tolerance, &caps, &mut split) {
-                    late_ranks = (r as u32 - m..r as u32).collect();
+                // In placement groups each group's late samples stay on its own ranks: a group's
+                // CPUs decode only what its ranks train.
+                let grouped_late = match &grouping {
+                    Some(g) => Some(late::group_late_within(
+                        &items, &release, due, c0, tolerance, &caps, &mut split, g,
+                    ))
+                    .filter(|l| !l.is_empty()),
+                    None => late::group_late(&items, &release, due, c0, tolerance, &caps, &mut split)
+                        .map(|m| (r as u32 - m..r as u32).collect()),
+                };
+                if let Some(late) = grouped_late {
+                    late_ranks = late;
                     used.fill(0);
                     for (j, &i) in idx.iter().enumerate() {
                         used[split[j] as usize] += mem[i];
@@ -407,7 +419,6 @@ pub(crate) fn plan_as(
         max_moves: o.placement_moves,
         helpers: o.helpers_per_move,
     };
-    let grouping = if o.placement { groups::Groups::of(input) } else { None };
     let (placed, timing) = match &grouping {
         Some(g) => {
             let (placed, timing) = jobs_table.place_grouped(g, scope, search);
@@ -640,6 +651,38 @@ mod tests {
             let e = plan(&input).unwrap_err().to_string();
             assert!(e.contains("late_due_s"), "{e}");
         }
+    }
+
+    #[test]
+    fn in_placement_groups_each_group_keeps_its_samples_and_waits_on_its_own_last_ranks() {
+        // Thirty-two samples over eight ranks in two groups of four, due in 2.5 s: eight decode
+        // in runs of 3.02-3.16 s, the rest in 0.2 s. Balanced, every rank holds a slow one.
+        let mut input = heavy_step(Vec::new());
+        input.samples = (1..=32)
+            .map(|id| step0_sample(id, 1000, if id <= 8 { 3.0 + id as f64 / 50.0 } else { 0.2 }))
+            .collect();
+        input.ranks = vec![input.ranks[0]; 8];
+        input.ranks.iter_mut().for_each(|q| q.workers = 8);
+        input.options.swap_owners = false;
+        input.options.group_ranks = 4;
+        let group = |q: u32| q / 4;
+        let spread = plan(&input).unwrap();
+        let holders = |p: &Plan| (0..8).filter(|&q| (0..8).any(|i| p.owner[i] == q)).count();
+        assert_eq!(holders(&spread), 8);
+        input.late_pieces = true;
+        let grouped = plan(&input).unwrap();
+        // Each group's slow samples wait on its own last rank; none leaves its group, so no
+        // group's CPUs decode more of the step than the balanced split gave them.
+        assert_eq!(grouped.late_ranks, vec![3, 7]);
+        assert!((0..8).all(|i| grouped.owner[i] == 3 || grouped.owner[i] == 7), "{:?}", &grouped.owner[..8]);
+        assert!((0..32).all(|i| group(grouped.owner[i]) == group(spread.owner[i])));
+        assert!((0..8u32).all(|q| grouped.owner.contains(&q)), "every rank trains");
+        assert_eq!(plan(&input).unwrap().hash, grouped.hash);
+        // Without groups the last ranks of the whole step take them: ranks 6 and 7.
+        input.options.group_ranks = 0;
+        let global = plan(&input).unwrap();
+        assert_eq!(global.late_ranks, vec![6, 7]);
+        assert_ne!(global.hash, grouped.hash);
     }
 
     #[test]

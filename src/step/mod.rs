@@ -60,7 +60,7 @@
 //! With [`AgreedConfig::late_pieces`] (the caller's next call follows `Next` before any
 //! collective of its own: `Loader::train_step` does; `datahelix train` turns it on) and a caller
 //! that prepares or ships, a plan may name late ranks ([`crate::plan::Plan::late_ranks`]), the
-//! last ones, where some rank must wait for its input whatever the schedule: samples whose
+//! last ones (of each placement group, where there are groups), where some rank must wait for its input whatever the schedule: samples whose
 //! decode chains outlast the time until their batch is due, grouped on as few ranks as the step
 //! allows ([`crate::plan::late`]), or, where the CPUs fall far short of the step's pace, the
 //! last rank alone with the stretched batch (its decode jobs then queue behind the next step's
