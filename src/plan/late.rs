@@ -17,8 +17,8 @@
 //!   group's late samples wait on the group's own last ranks ([`group_late_within`]): grouped
 //!   over the whole step instead, the groups of late ranks trained up to 5/2 of their share of
 //!   the step and their CPUs had its decode work to do alone (egoexo4d-4k at 4096 ranks, 12
-//!   steps: 5814 samples/s at 0.59 of the bound, 0.286 of rank-steps missed; without late
-//!   ranks 8365, 0.85, 0.287; grouped within groups 8033, 0.82, 0.186).
+//!   steps: 5814 samples/s at 0.590 of the bound, 0.286 of rank-steps missed; without late
+//!   ranks 8365, 0.848, 0.287; grouped within groups 8033, 0.815, 0.186).
 //! - **The CPUs' pace** (`falls_short`): a step whose decode work the CPUs take longer over
 //!   than any split keeps an accelerator busy leaves its most loaded rank waiting; it becomes
 //!   the last rank (`as_last_rank`) and its decode jobs queue behind the next step's.
