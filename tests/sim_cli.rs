@@ -445,3 +445,56 @@ fn chains_late_wherever_they_decode_wait_on_the_last_ranks() {
     let thr = |p: &serde_json::Value| p["throughput"].as_f64().unwrap();
     assert!(thr(grouped) > 0.95 * thr(spread), "throughput {} grouped, {} spread", thr(grouped), thr(spread));
 }
+
+/// `datahelix frontier` reads what `--records` writes: on the camera originals no schedule as
+/// fast as helix's run gets by without misses, no run is faster than the frontier allows at its
+/// own misses, and a file that is not a run's results is named in a usage error.
+#[test]
+fn the_frontier_reads_a_workloads_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sim(&[
+        "--workload",
+        "scripts/workloads/egoexo4d_4k.toml",
+        "--ranks",
+        "8",
+        "--steps",
+        "30",
+        "--policy",
+        "rank-local,helix",
+        "--records",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let frontier = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_datahelix")).arg("frontier").args(args).output().unwrap()
+    };
+    for p in ["rank-local", "helix"] {
+        let file = dir.path().join(format!("sim-{p}.json"));
+        let out = frontier(&[file.to_str().unwrap(), "--grid", "32", "--at", "0.1", "--json"]);
+        assert!(out.status.success(), "{p}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            (v["ranks"].as_u64(), v["steps"].as_u64(), v["lookahead"].as_u64()),
+            (Some(8), Some(25), Some(2))
+        );
+        let (wall, misses) = (v["wall_s"].as_f64().unwrap(), v["miss_rate"].as_f64().unwrap());
+        let rows = v["frontier"].as_array().unwrap();
+        let at = |rate: f64| {
+            rows.iter().find(|r| (r["miss_rate"].as_f64().unwrap() - rate).abs() < 1e-12).unwrap()
+                ["least_wall_s"]
+                .as_f64()
+                .unwrap()
+        };
+        assert!(wall >= at(misses), "{p}: {wall} s, the frontier says at least {} s at {misses}", at(misses));
+        // Fewer misses never cost less time.
+        assert!(at(0.0) >= at(0.1) && at(0.1) >= at(0.5), "{p}: {rows:?}");
+        if p == "helix" {
+            assert!(v["least_miss_rate_at_wall"].as_f64().unwrap() > 0.0, "{v}");
+        }
+    }
+    std::fs::write(dir.path().join("not.json"), "{\"steps\": 3}").unwrap();
+    let out = frontier(&[dir.path().join("not.json").to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("not.json") && err.contains("records"), "{err}");
+}

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use datahelix::metrics::bound::misses::Frontier;
 use datahelix::metrics::{summarize, RankStep, RunShape};
 use datahelix::policy::Policy;
 use datahelix::sim::{self, Overrides};
@@ -55,6 +56,16 @@ proptest! {
             prop_assert!(s.ideal_s >= s.accel_bound_s - 1e-9, "the bound holds the accelerator's sum");
             // The bound for loaders blind to the noise (fact 5) is never below the sound one.
             prop_assert!(s.blind_ideal_s >= s.ideal_s, "blind {} below sound {}", s.blind_ideal_s, s.ideal_s);
+            // No run is faster than the frontier says any schedule with its misses can be (fact 6).
+            if let Some(f) = Frontier::of_records(&run.records, cfg.warmup, cfg.ranks(), lookahead as u64, 0.001, 16) {
+                let least = f.least_wall(f.count(s.miss_rate));
+                prop_assert!(
+                    s.wall_s >= least - 1e-9,
+                    "{} {policy} at {ranks} ranks, lookahead {lookahead}: {} s with misses {}, \
+                     the frontier says at least {least} s",
+                    w.name, s.wall_s, s.miss_rate
+                );
+            }
         }
     }
 }
@@ -105,6 +116,17 @@ fn a_keyframe_run_longer_than_the_steps_binds_and_helix_comes_close() {
     };
     let loose = summarize(&bare, shape).ideal_s;
     assert!(s.ideal_s > 1.3 * loose, "bound {} s with the runs, {loose} s without", s.ideal_s);
+    // The runs also force misses (fact 6): no schedule without a miss comes near the sound
+    // bound, and none as fast as helix misses as rarely as never.
+    let f = Frontier::of_records(&run.records, cfg.warmup, cfg.ranks(), 2, 0.001, 48).unwrap();
+    assert!(
+        f.least_wall(0.0) > 1.1 * s.ideal_s,
+        "{} s without a miss, bound {} s",
+        f.least_wall(0.0),
+        s.ideal_s
+    );
+    assert!(f.least_misses(s.wall_s) > 0.0);
+    assert!(s.wall_s >= f.least_wall(f.count(s.miss_rate)));
 }
 
 #[test]

@@ -7,6 +7,7 @@
 mod calibrate;
 pub mod compare;
 mod decode;
+mod frontier;
 mod gen;
 mod index;
 mod manifest;
@@ -56,6 +57,8 @@ pub enum Command {
     Compare(compare::CompareArgs),
     /// Simulate policies at scale on workload files, or like a `train` run on a dataset.
     Sim(sim::SimArgs),
+    /// From a run's records: the least wall time any schedule has at each miss rate.
+    Frontier(frontier::FrontierArgs),
 }
 
 /// An error the CLI reports on stderr before exiting with `code`.
@@ -93,6 +96,7 @@ pub fn run(cli: Cli) -> i32 {
         Command::Calibrate(args) => calibrate::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Frontier(args) => frontier::run(args),
     };
     match result {
         Ok(code) => code,

@@ -105,11 +105,20 @@
 //! [`crate::metrics::Summary::blind_efficiency`], never below the sound ones. It separates a
 //! planner's own slack from the noise; a run can land above it by luck.
 //!
+//! # What a wall time costs in misses (fact 6)
+//!
+//! Facts 2 and 4 also say which samples are out only after their step's batch is due, given
+//! how long the steps before it took: [`misses`] turns that into a frontier, the least wall time
+//! of any schedule with a given number of misses (`datahelix frontier`). Where samples cannot
+//! be decoded inside the lookahead (camera originals), efficiency and misses trade against each
+//! other, and the frontier says how far any schedule can take both.
+//!
 
 use super::{AccelTerms, RankStep};
 
 pub mod best_split;
 pub mod blind;
+pub mod misses;
 pub mod pairing;
 
 /// What the bound needs of one measured step.
