@@ -407,6 +407,22 @@ mod tests {
     }
 
     #[test]
+    fn on_a_grid_that_fits_the_steps_the_frontier_is_theirs_less_a_grid_step_each() {
+        // The module's example on a grid of 0.1 s (its top, 4 s, over 40): the schedules of
+        // 5 s with two misses, 6 s with one and 7 s with none, each of three steps counted
+        // 0.1 s short. A window rounded down instead of up fails it (checked).
+        let step = MissStep { accel_s: 1.0, n_min: 1.0, c0: 0.0, samples: vec![(3.0, 1.0), (3.0, 1.0)] };
+        let f = Frontier::of(&[step.clone(), step.clone(), step], 2, 1, 0.001, 41).unwrap();
+        for (misses, wall) in [(2.0, 4.7), (1.0, 5.7), (0.0, 6.7)] {
+            assert!((f.least_wall(misses) - wall).abs() < 1e-9, "{misses}: {}", f.least_wall(misses));
+        }
+        // The optimum at a high price: no miss, steps of 3, 3 and 1 s (counted 2.9, 2.9, 0.9).
+        let calm = f.points.last().unwrap();
+        assert_eq!((calm.misses, calm.late.clone()), (0.0, vec![0, 0, 0]));
+        assert!(calm.lengths_s.iter().zip([2.9, 2.9, 0.9]).all(|(a, b)| (a - b).abs() < 1e-9), "{calm:?}");
+    }
+
+    #[test]
     fn the_frontier_prices_misses_against_time() {
         // Lookahead 2, one rank, steps of one sample (1 s) with a 5-s chain: with steps of 1 s
         // every step from the third waits 3 s (4 s long); with steps of 2.5 s none waits.
