@@ -95,7 +95,7 @@ fn the_cpu_budget_is_the_named_share_of_the_accelerator() {
 
 /// The camera originals' keyframe runs (~7–10 s of one worker) outlast the protocol's two steps
 /// of prefetch at helix's pace, so most rank-steps wait however the work is placed; a lookahead
-/// of five starts them in time (README, "Camera originals"). The override reaches every policy.
+/// of five starts them in time (docs/measured.md, "The camera originals"). The override reaches every policy.
 #[test]
 fn a_deeper_lookahead_starts_the_camera_originals_runs_in_time() {
     let (w, cal) = sim::load(Path::new("scripts/workloads/egoexo4d_4k.toml")).unwrap();
