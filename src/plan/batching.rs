@@ -142,8 +142,8 @@ pub const STRETCH_MARGIN_FACTOR: f64 = std::f64::consts::SQRT_2 / 4.0;
 /// the step (`spread_s · √ranks`: a step's pace averages over every rank's samples) times
 /// [`STRETCH_MARGIN_FACTOR`]; `u64::MAX` (no cap) when the spread is unknown (0). Where the pace
 /// holds steady a stretch of half the gap to the balanced load overshoots it, and the step loses
-/// what it overshoots: at `cpu_per_accel` 3 that was a third of the pace (README, "Budgets far
-/// short of the decode work").
+/// what it overshoots: at `cpu_per_accel` 3 that was a third of the pace (`docs/measured.md`,
+/// "Budgets far short of the decode work").
 ///
 /// ```
 /// use datahelix::plan::batching::stretch_margin_cap_ns;
