@@ -497,4 +497,21 @@ fn the_frontier_reads_a_workloads_records() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("not.json") && err.contains("records"), "{err}");
+    // A run too long for the grid asked is refused before the work, with what to change.
+    let steps: Vec<serde_json::Value> = (0..20_000)
+        .map(|t| {
+            serde_json::json!({"rank": 0, "step": t, "input_wait_s": 0.0, "gpu_s": 1.0, "ids": [],
+                "skipped": [], "start_s": t as f64, "end_s": t as f64 + 1.0, "max_sample_gpu_s": 0.0,
+                "decode_cpu_s": 0.0, "tokens": 0, "bytes_in": 0})
+        })
+        .collect();
+    let long = dir.path().join("long.json");
+    std::fs::write(&long, serde_json::json!({ "records": steps }).to_string()).unwrap();
+    let out = frontier(&[long.to_str().unwrap(), "--grid", "256"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("long.json") && err.contains("GiB") && err.contains("--grid"), "{err}");
+    let out = frontier(&[long.to_str().unwrap(), "--grid", "512"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--grid 512"));
 }

@@ -13,6 +13,9 @@ use super::{write_json, CliError};
 use crate::metrics::bound::misses::{Frontier, Point};
 use crate::metrics::{RankStep, Summary};
 
+/// The most memory the frontier may hold (its tables and ways back).
+const MEMORY_LIMIT: u64 = 4 << 30;
+
 /// The least wall time at each miss rate, and the fewest misses at the run's wall time.
 #[derive(Debug, Args)]
 pub struct FrontierArgs {
@@ -21,13 +24,14 @@ pub struct FrontierArgs {
     /// Steps decoded ahead (1 or 2; default: the results' `params.lookahead`, else 2).
     #[arg(long)]
     pub lookahead: Option<u64>,
-    /// Warm-up steps, not measured (default: as the results' summary counts its steps).
+    /// Warm-up steps, not measured (default: as many as the results' summary does not count
+    /// as measured; none without a summary).
     #[arg(long)]
     pub warmup: Option<u64>,
     /// A wait above this many milliseconds is a miss.
     #[arg(long, default_value_t = 1.0)]
     pub tolerance_ms: f64,
-    /// Step lengths on the grid (more is tighter and slower, as its cube a step).
+    /// Step lengths on the grid, 4 to 256 (more is tighter and slower, as its cube a step).
     #[arg(long, default_value_t = 96)]
     pub grid: usize,
     /// Miss rates to give the least wall time at (besides 0 … 0.5 by 0.05 and the run's own).
@@ -100,7 +104,11 @@ pub fn run(args: FrontierArgs) -> Result<i32, CliError> {
         .map(|r| r.step)
         .max()
         .ok_or_else(|| CliError::usage(format!("{name}: no records")))?;
-    let warmup = args.warmup.unwrap_or_else(|| (last + 1).saturating_sub(summary.steps.max(1)));
+    // Without a summary that counts its measured steps, every step is measured.
+    let warmup = args.warmup.unwrap_or(match summary.steps {
+        0 => 0,
+        measured => (last + 1).saturating_sub(measured),
+    });
     let lookahead = args
         .lookahead
         .or_else(|| res.params.as_ref().and_then(|p| p.get("lookahead")).and_then(|v| v.as_u64()))
@@ -108,11 +116,32 @@ pub fn run(args: FrontierArgs) -> Result<i32, CliError> {
     if !(1..=2).contains(&lookahead) {
         return Err(CliError::usage(format!("--lookahead {lookahead}: the frontier is computed for 1 or 2")));
     }
-    if !(args.tolerance_ms.is_finite() && args.tolerance_ms >= 0.0) || args.grid < 4 || args.grid > 512 {
-        return Err(CliError::usage("--tolerance-ms must be ≥ 0 and --grid 4 to 512"));
+    if !(args.tolerance_ms.is_finite() && args.tolerance_ms >= 0.0) {
+        return Err(CliError::usage(format!("--tolerance-ms {}: must be ≥ 0", args.tolerance_ms)));
+    }
+    if !(4..=256).contains(&args.grid) {
+        return Err(CliError::usage(format!(
+            "--grid {}: give 4 to 256 (the work grows as its cube: 192 takes ~20 s for 200 steps on 2 cores)",
+            args.grid
+        )));
     }
     let ranks = res.records.iter().map(|r| r.rank).collect::<std::collections::BTreeSet<_>>().len();
     let tolerance = args.tolerance_ms / 1e3;
+    let measured = res
+        .records
+        .iter()
+        .filter(|r| r.step >= warmup)
+        .map(|r| r.step)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let need = Frontier::memory_bytes(measured, args.grid, lookahead);
+    if need > MEMORY_LIMIT {
+        return Err(CliError::usage(format!(
+            "{name}: the frontier of {measured} steps on a grid of {} would hold ~{:.1} GiB; give a smaller --grid, or fewer steps (--warmup)",
+            args.grid,
+            need as f64 / (1u64 << 30) as f64
+        )));
+    }
     let f = Frontier::of_records(&res.records, warmup, ranks, lookahead, tolerance, args.grid)
         .ok_or_else(|| CliError::usage(format!("{name}: no measured step from step {warmup}")))?;
     let (wall, misses) = own_point(&res.records, warmup, tolerance);

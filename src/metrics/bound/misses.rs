@@ -52,6 +52,8 @@
 //! the warm-up: they are taken never to be late. Like fact 4, the frontier needs the simulator's
 //! chains; without them (a real run) no sample is late and it says nothing.
 
+use rayon::prelude::*;
+
 use super::{emulator_terms, fixed_s, step_accel};
 use crate::metrics::RankStep;
 
@@ -191,18 +193,7 @@ impl Frontier {
         let mean_accel = steps.iter().map(|s| s.accel_s).sum::<f64>() / steps.len() as f64;
         let unit = (mean_accel / ranks as f64).max(1e-6);
         let prices: Vec<f64> = std::iter::once(0.0).chain((-4..=12).map(|k| unit * 2f64.powi(k))).collect();
-        let points = std::thread::scope(|scope| {
-            let jobs: Vec<_> = prices
-                .iter()
-                .map(|&l| {
-                    scope.spawn({
-                        let table = &table;
-                        move || table.solve(l)
-                    })
-                })
-                .collect();
-            jobs.into_iter().map(|j| j.join().expect("a frontier price's thread")).collect()
-        });
+        let points = prices.par_iter().map(|&price| table.solve(price)).collect();
         Some(Frontier { points, ranks, steps: steps.len() })
     }
 
@@ -222,6 +213,16 @@ impl Frontier {
         }
         let steps: Vec<MissStep> = by_step.values().map(|recs| MissStep::of(recs, ranks)).collect();
         Frontier::of(&steps, ranks, lookahead, tolerance, grid)
+    }
+
+    /// About how many bytes [`Frontier::of`] holds for `steps` steps on `grid` step lengths
+    /// with lookahead `lookahead`: the fewest late ranks of every window and length of every
+    /// step, and each price's way back through the steps (as many prices at once as threads).
+    pub fn memory_bytes(steps: usize, grid: usize, lookahead: u64) -> u64 {
+        let (s, g, l) = (steps as u64, grid as u64, lookahead as u32);
+        let tables = s * g * (u64::from(l) * g.saturating_sub(2) + 2) * 2;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        tables.saturating_add(threads.saturating_mul(s).saturating_mul(g.saturating_pow(l)).saturating_mul(2))
     }
 
     /// The least wall time of any schedule with at most `misses` misses (rank-steps).
