@@ -510,7 +510,7 @@ fn the_frontier_reads_a_workloads_records() {
     let out = frontier(&[long.to_str().unwrap(), "--grid", "256"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("long.json") && err.contains("GiB") && err.contains("--grid"), "{err}");
+    assert!(err.contains("long.json") && err.contains("hours") && err.contains("--grid"), "{err}");
     let out = frontier(&[long.to_str().unwrap(), "--grid", "512"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--grid 512"));

@@ -15,6 +15,9 @@ use crate::metrics::{RankStep, Summary};
 
 /// The most memory the frontier may hold (its tables and ways back).
 const MEMORY_LIMIT: u64 = 4 << 30;
+/// The most elementary steps it may take ([`Frontier::work`]): ~10 minutes on this machine's two
+/// cores (the camera originals at 512 ranks, 195 steps, grid 96: 1.8·10¹⁰ in ~10 s).
+const WORK_LIMIT: f64 = 1e12;
 
 /// The least wall time at each miss rate, and the fewest misses at the run's wall time.
 #[derive(Debug, Args)]
@@ -134,6 +137,14 @@ pub fn run(args: FrontierArgs) -> Result<i32, CliError> {
         .map(|r| r.step)
         .collect::<std::collections::BTreeSet<_>>()
         .len();
+    let samples: usize =
+        res.records.iter().filter(|r| r.step >= warmup).map(|r| r.sample_chain_s.len()).sum();
+    if Frontier::work(samples, measured, args.grid, lookahead) > WORK_LIMIT {
+        return Err(CliError::usage(format!(
+            "{name}: the frontier of {measured} steps ({samples} samples) on a grid of {} would take hours; give a smaller --grid, or fewer steps (--warmup)",
+            args.grid
+        )));
+    }
     let need = Frontier::memory_bytes(measured, args.grid, lookahead);
     if need > MEMORY_LIMIT {
         return Err(CliError::usage(format!(

@@ -193,6 +193,7 @@ impl Frontier {
         let mean_accel = steps.iter().map(|s| s.accel_s).sum::<f64>() / steps.len() as f64;
         let unit = (mean_accel / ranks as f64).max(1e-6);
         let prices: Vec<f64> = std::iter::once(0.0).chain((-4..=12).map(|k| unit * 2f64.powi(k))).collect();
+        debug_assert_eq!(prices.len(), PRICES);
         let points = prices.par_iter().map(|&price| table.solve(price)).collect();
         Some(Frontier { points, ranks, steps: steps.len() })
     }
@@ -213,6 +214,17 @@ impl Frontier {
         }
         let steps: Vec<MissStep> = by_step.values().map(|recs| MissStep::of(recs, ranks)).collect();
         Frontier::of(&steps, ranks, lookahead, tolerance, grid)
+    }
+
+    /// About how many elementary steps [`Frontier::of`] takes for `steps` steps holding
+    /// `samples` samples in all on `grid` step lengths with lookahead `lookahead`: filling
+    /// every sample into every window and length of its step, and a pass of the dynamic
+    /// program per price.
+    pub fn work(samples: usize, steps: usize, grid: usize, lookahead: u64) -> f64 {
+        let (g, l) = (grid as f64, lookahead as f64);
+        let tables = samples as f64 * g * (l * (g - 2.0).max(0.0) + 2.0);
+        let passes = steps as f64 * g.powf(l + 1.0) * PRICES as f64;
+        tables + passes
     }
 
     /// About how many bytes [`Frontier::of`] holds for `steps` steps on `grid` step lengths
@@ -263,6 +275,10 @@ struct Tables {
 }
 
 const NONE: u16 = u16::MAX;
+
+/// Prices a frontier is solved at: 0, then `2^-4 … 2^12` times the mean step's accelerator
+/// time per rank.
+const PRICES: usize = 18;
 
 impl Tables {
     fn of(
