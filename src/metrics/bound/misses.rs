@@ -62,7 +62,8 @@ use crate::metrics::RankStep;
 pub struct MissStep {
     /// Fact 1's least accelerator time of the step, any split.
     pub accel_s: f64,
-    /// The step's least realised noise (1 without emulator terms).
+    /// The step's least realised noise (0 without emulator terms: then only the samples'
+    /// releases count, not their accelerator work).
     pub n_min: f64,
     /// The accelerator's per-step constant (0 without emulator terms).
     pub c0: f64,
@@ -79,7 +80,8 @@ impl MissStep {
         let (accel_s, _) = step_accel(records, ranks);
         let (n_min, c0) = match emulator_terms(records, ranks) {
             Some(t) => (t.iter().map(|x| x.noise).fold(f64::INFINITY, f64::min), fixed_s(&t)),
-            None => (1.0, 0.0),
+            // Without the emulator's terms no sample's accelerator time is known to be a floor.
+            None => (0.0, 0.0),
         };
         let cpu_s: f64 = records.iter().map(|r| r.decode_cpu_s).sum::<f64>().max(0.0);
         let good = |v: &[f64], n: usize| v.len() <= n && v.iter().all(|x| x.is_finite() && *x >= 0.0);
