@@ -15,8 +15,8 @@ use crate::metrics::{RankStep, Summary};
 
 /// The most memory the frontier may hold (its tables and ways back).
 const MEMORY_LIMIT: u64 = 4 << 30;
-/// The most elementary steps it may take ([`Frontier::work`]): ~10 minutes on this machine's two
-/// cores (the camera originals at 512 ranks, 195 steps, grid 96: 1.8·10¹⁰ in ~10 s).
+/// The most elementary steps it may take ([`Frontier::work`]): ~5 minutes on this machine's two
+/// cores (the camera originals at 512 ranks, 195 steps, grid 96: 1.8·10¹⁰ in ~5 s).
 const WORK_LIMIT: f64 = 1e12;
 
 /// The least wall time at each miss rate, and the fewest misses at the run's wall time.

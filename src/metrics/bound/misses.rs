@@ -194,8 +194,8 @@ impl Frontier {
         let table = Tables::of(&steps, ranks, lookahead as usize, tolerance, grid, top.max(1e-9));
         let mean_accel = steps.iter().map(|s| s.accel_s).sum::<f64>() / steps.len() as f64;
         let unit = (mean_accel / ranks as f64).max(1e-6);
-        let prices: Vec<f64> = std::iter::once(0.0).chain((-4..=12).map(|k| unit * 2f64.powi(k))).collect();
-        debug_assert_eq!(prices.len(), PRICES);
+        let prices: Vec<f64> =
+            std::iter::once(0.0).chain((1..PRICES).map(|k| unit * 2f64.powi(k as i32 - 5))).collect();
         let points = prices.par_iter().map(|&price| table.solve(price)).collect();
         Some(Frontier { points, ranks, steps: steps.len() })
     }
@@ -295,8 +295,10 @@ impl Tables {
         // Windows of `lookahead` lengths below the top: index sums 0 ..= lookahead (grid − 2).
         let rows = lookahead * (grid - 2) + 2;
         let never = rows - 1;
+        // A late count as the table holds it (one below `NONE`, at most: fewer only loosens).
+        let entry = |m: Option<u32>| m.map_or(NONE, |m| m.min(u32::from(NONE) - 1) as u16);
         let late = steps
-            .iter()
+            .par_iter()
             .map(|st| {
                 let longest = st.samples.first().map_or(0.0, |x| x.0);
                 let mut t = vec![NONE; grid * rows];
@@ -307,10 +309,9 @@ impl Tables {
                         // Rounded up: a window of lengths in [i·dt, (i+1)·dt) each.
                         let d = (u + lookahead) as f64 * dt;
                         t[k * rows + u] = if u == never || d > longest + tolerance {
-                            open.map_or(NONE, |m| m.min(NONE as u32 - 1) as u16)
+                            entry(open)
                         } else {
-                            st.late_ranks(d, length, ranks, tolerance)
-                                .map_or(NONE, |m| m.min(NONE as u32 - 1) as u16)
+                            entry(st.late_ranks(d, length, ranks, tolerance))
                         };
                     }
                 }
