@@ -74,7 +74,10 @@ pub struct Problem {
     /// own batch until the piece is sent. (The starting spread of pieces does not look: keeping
     /// it off the other late ranks cost a pass over the ranks a piece, 45 ms of a 512-rank plan
     /// of the camera originals instead of 11, for 1.5% of their throughput at 8 ranks and
-    /// more misses at some budgets.)
+    /// more misses at some budgets; at 64 and 512 ranks 2–3% for as many misses or more. A
+    /// late rank given such a piece takes its own pieces only once it has sent it (the `late`
+    /// exchange, `crate::step`): traced at 64 ranks, up to 2 s later — `docs/measured.md`,
+    /// "What holds helix back at 64 and 512 ranks".)
     pub late: Vec<bool>,
     /// Per rank and step (`r * steps + k`): the batch's deadline.
     pub deadline_ns: Vec<i64>,
