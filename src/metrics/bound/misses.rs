@@ -45,7 +45,11 @@
 //! in `Σ T_s`. For a price `λ` per miss, a dynamic program over the last `L` step lengths
 //! (lookahead 1 or 2; the protocol's is 2) finds `F(λ) = min Σ_s (T_s + λ m_s)` on a grid of
 //! step lengths, rounded in the schedule's favour: a length counts as the grid point below it
-//! and opens windows as the one above, and the top point stands for every longer step. So every
+//! and opens windows as the one above, and the top point stands for every longer step. The grid
+//! starts at the least of the steps' accelerator times, which no step is shorter than, so its
+//! points lie closer than from 0 (each step counts short, and opens windows long, by less than
+//! their spacing: on the camera originals at 64 ranks with the default 96 points, 0.111 s from
+//! that floor against 0.131 s from 0). So every
 //! schedule with `M` misses has wall time `W ≥ F(λ) − λM`, whatever `λ`:
 //! [`Frontier::least_wall`] takes the largest over a range of prices, and
 //! [`Frontier::least_misses`] turns it round. The first `L` measured steps' windows opened in
@@ -191,7 +195,10 @@ impl Frontier {
             .iter()
             .map(|s| s.accel_s + s.samples.first().map_or(0.0, |x| x.0) + s.n_min * s.c0)
             .fold(0.0, f64::max);
-        let table = Tables::of(&steps, ranks, lookahead as usize, tolerance, grid, top.max(1e-9));
+        // No step is shorter than the least accelerator time of any (fact 1): the grid starts
+        // there, and its points fall that much closer together.
+        let floor = steps.iter().map(|s| s.accel_s).fold(f64::INFINITY, f64::min).clamp(0.0, top);
+        let table = Tables::of(&steps, ranks, lookahead as usize, tolerance, grid, (floor, top.max(1e-9)));
         let mean_accel = steps.iter().map(|s| s.accel_s).sum::<f64>() / steps.len() as f64;
         let unit = (mean_accel / ranks as f64).max(1e-6);
         let prices: Vec<f64> =
@@ -272,6 +279,8 @@ struct Tables {
     late: Vec<Vec<u16>>,
     rows: usize,
     grid: usize,
+    /// Grid point `k` is the length `floor + k·dt`.
+    floor: f64,
     dt: f64,
     lookahead: usize,
 }
@@ -289,9 +298,9 @@ impl Tables {
         lookahead: usize,
         tolerance: f64,
         grid: usize,
-        top: f64,
+        (floor, top): (f64, f64),
     ) -> Tables {
-        let dt = top / (grid - 1) as f64;
+        let dt = ((top - floor) / (grid - 1) as f64).max(1e-12);
         // Windows of `lookahead` lengths below the top: index sums 0 ..= lookahead (grid − 2).
         let rows = lookahead * (grid - 2) + 2;
         let never = rows - 1;
@@ -303,11 +312,11 @@ impl Tables {
                 let longest = st.samples.first().map_or(0.0, |x| x.0);
                 let mut t = vec![NONE; grid * rows];
                 for k in 0..grid {
-                    let length = if k + 1 == grid { f64::INFINITY } else { (k + 1) as f64 * dt };
+                    let length = if k + 1 == grid { f64::INFINITY } else { floor + (k + 1) as f64 * dt };
                     let open = st.late_ranks(f64::INFINITY, length, ranks, tolerance);
                     for u in 0..rows {
-                        // Rounded up: a window of lengths in [i·dt, (i+1)·dt) each.
-                        let d = (u + lookahead) as f64 * dt;
+                        // Rounded up: a window of lengths in [floor + i·dt, floor + (i+1)·dt) each.
+                        let d = lookahead as f64 * floor + (u + lookahead) as f64 * dt;
                         t[k * rows + u] = if u == never || d > longest + tolerance {
                             entry(open)
                         } else {
@@ -318,7 +327,7 @@ impl Tables {
                 t
             })
             .collect();
-        Tables { late, rows, grid, dt, lookahead }
+        Tables { late, rows, grid, floor, dt, lookahead }
     }
 
     /// `F(λ)` and the optimum that reaches it.
@@ -326,7 +335,7 @@ impl Tables {
         let (g, rows, top) = (self.grid, self.rows, self.grid - 1);
         let step_cost = |s: usize, k: usize, u: usize| -> Option<(f64, u16)> {
             let m = self.late[s][k * rows + u];
-            (m != NONE).then(|| (k as f64 * self.dt + lambda * f64::from(m), m))
+            (m != NONE).then(|| (self.floor + k as f64 * self.dt + lambda * f64::from(m), m))
         };
         // A state is the grid indices of the last `lookahead` steps, oldest first, flattened;
         // `newer` runs over the indices after the oldest. The run starts from steps at the top
@@ -381,7 +390,7 @@ impl Tables {
                 let x = usize::from(from[s][state]);
                 let (sum, at_top) = newer_digits[rest];
                 let row = if at_top || x == top { rows - 1 } else { sum + x };
-                lengths_s[s] = k as f64 * self.dt;
+                lengths_s[s] = self.floor + k as f64 * self.dt;
                 late[s] = u32::from(self.late[s][k * rows + row]);
                 state = x * newer + rest;
             }
@@ -428,18 +437,37 @@ mod tests {
 
     #[test]
     fn on_a_grid_that_fits_the_steps_the_frontier_is_theirs_less_a_grid_step_each() {
-        // The module's example on a grid of 0.1 s (its top, 4 s, over 40): the schedules of
-        // 5 s with two misses, 6 s with one and 7 s with none, each of three steps counted
-        // 0.1 s short. A window rounded down instead of up fails it (checked).
+        // The module's example on a grid of 0.1 s (from the accelerator's 1 s to its top, 4 s,
+        // over 30): the schedules of 5 s with two misses (steps of 1, 3 and 1 s), 6 s with one
+        // (1, 4, 1) and 7 s with none (3, 3, 1), the 1-s steps counted exactly (the grid's
+        // first point) and each longer one 0.1 s short — the 4-s one 0.2 s, as the 1-s window
+        // before it opens as 1.1 s. A window rounded down instead of up fails it (checked).
         let step = MissStep { accel_s: 1.0, n_min: 1.0, c0: 0.0, samples: vec![(3.0, 1.0), (3.0, 1.0)] };
-        let f = Frontier::of(&[step.clone(), step.clone(), step], 2, 1, 0.001, 41).unwrap();
-        for (misses, wall) in [(2.0, 4.7), (1.0, 5.7), (0.0, 6.7)] {
+        let f = Frontier::of(&[step.clone(), step.clone(), step], 2, 1, 0.001, 31).unwrap();
+        for (misses, wall) in [(2.0, 4.9), (1.0, 5.8), (0.0, 6.8)] {
             assert!((f.least_wall(misses) - wall).abs() < 1e-9, "{misses}: {}", f.least_wall(misses));
         }
-        // The optimum at a high price: no miss, steps of 3, 3 and 1 s (counted 2.9, 2.9, 0.9).
+        // The optimum at a high price: no miss, steps of 3, 3 and 1 s (counted 2.9, 2.9, 1).
         let calm = f.points.last().unwrap();
         assert_eq!((calm.misses, calm.late.clone()), (0.0, vec![0, 0, 0]));
-        assert!(calm.lengths_s.iter().zip([2.9, 2.9, 0.9]).all(|(a, b)| (a - b).abs() < 1e-9), "{calm:?}");
+        assert!(calm.lengths_s.iter().zip([2.9, 2.9, 1.0]).all(|(a, b)| (a - b).abs() < 1e-9), "{calm:?}");
+    }
+
+    #[test]
+    fn the_grid_starts_at_the_accelerators_floor() {
+        // The module's example on 41 points: from 1 s to 4 s they lie 0.075 s apart, and each
+        // of the three steps is counted short by less than that (from 0 s they would lie 0.1 s
+        // apart, and the 5-s schedule count 4.7 s: checked).
+        let step = MissStep { accel_s: 1.0, n_min: 1.0, c0: 0.0, samples: vec![(3.0, 1.0), (3.0, 1.0)] };
+        let f = Frontier::of(&[step.clone(), step.clone(), step], 2, 1, 0.001, 41).unwrap();
+        for (misses, wall) in [(2.0, 5.0), (1.0, 6.0), (0.0, 7.0)] {
+            let least = f.least_wall(misses);
+            assert!(least <= wall + 1e-9 && least > wall - 3.0 * 0.075, "{misses}: {least}");
+        }
+        // Every length the optimum counts is on that grid.
+        for p in &f.points {
+            assert!(p.lengths_s.iter().all(|&t| t >= 1.0 - 1e-9), "{:?}", p.lengths_s);
+        }
     }
 
     #[test]
