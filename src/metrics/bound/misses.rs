@@ -455,16 +455,16 @@ mod tests {
 
     #[test]
     fn the_grid_starts_at_the_accelerators_floor() {
-        // The module's example on 41 points: from 1 s to 4 s they lie 0.075 s apart, and each
-        // of the three steps is counted short by less than that (from 0 s they would lie 0.1 s
-        // apart, and the 5-s schedule count 4.7 s: checked).
+        // The module's example on 41 points: from 1 s to 4 s they lie 0.075 s apart, and the
+        // three steps together count less than three spacings short (from 0 s the points would
+        // lie 0.1 s apart, and the 5-s schedule count 4.7 s: checked).
         let step = MissStep { accel_s: 1.0, n_min: 1.0, c0: 0.0, samples: vec![(3.0, 1.0), (3.0, 1.0)] };
         let f = Frontier::of(&[step.clone(), step.clone(), step], 2, 1, 0.001, 41).unwrap();
         for (misses, wall) in [(2.0, 5.0), (1.0, 6.0), (0.0, 7.0)] {
             let least = f.least_wall(misses);
             assert!(least <= wall + 1e-9 && least > wall - 3.0 * 0.075, "{misses}: {least}");
         }
-        // Every length the optimum counts is on that grid.
+        // No length an optimum counts is below the grid's first point, the accelerator's 1 s.
         for p in &f.points {
             assert!(p.lengths_s.iter().all(|&t| t >= 1.0 - 1e-9), "{:?}", p.lengths_s);
         }
