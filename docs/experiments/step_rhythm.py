@@ -26,7 +26,6 @@ import json
 import statistics
 import sys
 
-C0 = 0.12  # the workload's accelerator constant (Qwen2-VL-7B in the workload files)
 LONG = 3.0
 
 
@@ -65,20 +64,20 @@ def rhythm(records, frontier):
         print(f"  {s}: {t:.2f} / {m} / {ft:.2f}")
 
 
-def frontier_filling(samples, window, length, ranks):
+def frontier_filling(samples, window, length, ranks, c0):
     opened = late = 0
     room = 0.0
     for chain, work in sorted(samples, key=lambda x: -x[0]):
         release = max(0.0, chain - window)
         left = work
-        if release + C0 + left > length:
+        if release + c0 + left > length:
             return None
         if opened == 0 or left > room:
             left -= 0.0 if opened == 0 else room
             while True:
                 opened += 1
                 late += release > 0.001
-                room = length - release - C0
+                room = length - release - c0
                 if opened > ranks or room < 0:
                     return None
                 if left <= room:
@@ -88,18 +87,18 @@ def frontier_filling(samples, window, length, ranks):
     return late
 
 
-def planner_filling(samples, window, length, ranks, most):
+def planner_filling(samples, window, length, ranks, most, c0):
     late = sorted((x for x in samples if x[0] - window > 0.001), key=lambda x: -x[0])
     on_time = sorted((x for x in samples if x[0] - window <= 0.001), key=lambda x: -x[1])
     room = []
     for chain, work in late:
         if not room or room[-1] < work:
-            r = min(length - (chain - window) - C0, most)
+            r = min(length - (chain - window) - c0, most)
             if r < work or len(room) == ranks:
                 return None
             room.append(r)
         room[-1] -= work
-    heap = [(-(length - C0), q) for q in range(ranks - len(room))]
+    heap = [(-(length - c0), q) for q in range(ranks - len(room))]
     heap += [(-r, ranks - 1 - k) for k, r in enumerate(room)]
     heapq.heapify(heap)
     for _, work in on_time:
@@ -115,16 +114,17 @@ def filling(records, steps, window=None):
     for s in steps:
         rs = by[s]
         ranks = len(rs)
+        c0 = rs[0]["accel"]["fixed_s"]  # the accelerator's per-step constant, as the records carry it
         d = window if window is not None else ready[s] - ready[s - 2]
         samples = [(c, w) for r in rs for c, w in zip(r["sample_chain_s"], r["sample_gpu_s"])]
         mean = sum(w for _, w in samples) / ranks
         grid = [1.84, 1.86, 1.88, 1.9, 1.95, 2.0, 2.1, 2.2, 2.4] if window else [5.0, 5.5, 6.0, 6.5, 7.0, 7.5, 8.0]
         cells = []
         for t in grid:
-            a = frontier_filling(samples, d, t, ranks)
-            b = planner_filling(samples, d, t, ranks, 2.5 * mean)
+            a = frontier_filling(samples, d, t, ranks, c0)
+            b = planner_filling(samples, d, t, ranks, 2.5 * mean, c0)
             cells.append(f"{t:.2f}: {'-' if a is None else a}/{'-' if b is None else b}")
-        print(f"step {s} (window {d:.2f} s, {len(samples)} samples, mean rank {C0 + mean:.2f} s): "
+        print(f"step {s} (window {d:.2f} s, {len(samples)} samples, mean rank {c0 + mean:.2f} s): "
               + "  ".join(cells))
 
 
