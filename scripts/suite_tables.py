@@ -156,6 +156,14 @@ def workloads(runs, only):
     print(table(header, rows))
 
 
+def ceiling(summary):
+    """What a loader blind to the noise can expect at most against the sound bound, as a suffix:
+    `efficiency / blind_efficiency` is the run's `ideal_s / blind_ideal_s`, the same for every
+    policy of it (fact 5 of the bound; empty for runs without `blind_efficiency`)."""
+    blind = summary.get("blind_efficiency")
+    return f"; a loader blind to the noise can expect at most {summary['efficiency'] / blind:.3f}" if blind else ""
+
+
 def check(runs):
     """Issue 20's suite targets; returns whether all hold. Then, not a target, the efficiency
     floors against the bound for loaders that split before the noise is drawn (fact 5,
@@ -175,7 +183,7 @@ def check(runs):
             floor = EFF_8 if run.ranks <= 8 else EFF_MANY
             if run.budget <= 1.0:
                 target(f"helix at {EFF_8} of the bound at 8 ranks, {EFF_MANY} at 64 and 512 (X ≤ 1.0)",
-                       [f"{name} {h['efficiency']:.3f} ({at})"] if h["efficiency"] < floor else [])
+                       [f"{name} {h['efficiency']:.3f} ({at}{ceiling(h)})"] if h["efficiency"] < floor else [])
                 if "blind_efficiency" in h:
                     blind.setdefault(f"helix at {EFF_8} / {EFF_MANY} of the blind bound (X ≤ 1.0)", []).extend(
                         [f"{name} {h['blind_efficiency']:.3f} ({at})"] if h["blind_efficiency"] < floor else [])

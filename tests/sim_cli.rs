@@ -253,13 +253,17 @@ fn suite_tables_read_a_suite_and_name_what_fails() {
     let (code, text) = tables(&["check".as_ref(), run.as_os_str()]);
     assert!(code == Some(0) || code == Some(1), "{text}");
     assert!(text.contains("holds: no policy above efficiency 1"), "{text}");
-    // A run where helix reports more than the bound and misses more than rank-local.
+    // A run where helix reports more than the bound and misses more than rank-local, and falls
+    // short of the bound where a loader blind to the noise could expect more.
     let mut bad = doc.clone();
     for w in bad["workloads"].as_array_mut().unwrap() {
         if w["workload"] == "panda70m" {
             w["policies"]["helix"]["efficiency"] = 1.5.into();
             w["policies"]["helix"]["miss_rate"] = 0.9.into();
             w["policies"]["rank-local"]["miss_rate"] = 0.3.into();
+        } else {
+            w["policies"]["helix"]["efficiency"] = 0.5.into();
+            w["policies"]["helix"]["blind_efficiency"] = 0.625.into();
         }
     }
     let bad_run = dir.path().join("bad_0.75.json");
@@ -271,6 +275,13 @@ fn suite_tables_read_a_suite_and_name_what_fails() {
         "{text}"
     );
     assert!(text.contains("panda70m 1 ms 0.900 > 0.300 / 3 (8 ranks, X = 0.75)"), "{text}");
+    // The ceiling is efficiency / blind efficiency: the run's sound bound over its blind one.
+    assert!(
+        text.contains(
+            "opensora-1.2-buckets 0.500 (8 ranks, X = 0.75; a loader blind to the noise can expect at most 0.800)"
+        ),
+        "{text}"
+    );
     // A run whose budget is neither in its name nor given.
     let unnamed = dir.path().join("run.json");
     std::fs::copy(&run, &unnamed).unwrap();
