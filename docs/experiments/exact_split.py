@@ -171,7 +171,9 @@ def main():
             return [t / x - c0 for x in noise]
 
         t0 = time.time()
-        _, best_fit = least(lambda t: splits_by_best_fit(works, rooms(t)), floor, 2 * realised)
+        # One rank holding every sample fits: an end the bisection starts from and only lowers.
+        everything = max(noise) * (c0 + sum(works))
+        _, best_fit = least(lambda t: splits_by_best_fit(works, rooms(t)), floor, everything)
         lower = upper = float("nan")
         if not args.no_ilp:
             down, up = rounded(works, args.bin, True), rounded(works, args.bin, False)
