@@ -51,24 +51,26 @@ def lpt(works, ranks):
     return max(load for load, _ in heap)
 
 
+def best_fit_places(works, rooms):
+    """Whether best-fit decreasing places every sample: each, heaviest first, into the fullest
+    room (seconds of work a rank has left) that still holds it."""
+    left = sorted(rooms)
+    for w in sorted(works, reverse=True):
+        i = bisect.bisect_left(left, w - 1e-12)
+        if i == len(left):
+            return False
+        room = left.pop(i) - w
+        bisect.insort(left, room)
+    return True
+
+
 def knows_noise(works, noise, c0):
-    """The shortest step at which best-fit decreasing (each sample, heaviest first, into the
-    fullest rank whose noisy room still holds it) places every sample, bisected to a part in 10⁵."""
-
-    def fits(t):
-        left = sorted(t / n - c0 for n in noise)
-        for w in sorted(works, reverse=True):
-            i = bisect.bisect_left(left, w - 1e-12)
-            if i == len(left):
-                return False
-            room = left.pop(i) - w
-            bisect.insort(left, room)
-        return True
-
+    """The shortest step at which best-fit decreasing places every sample in the ranks' noisy
+    rooms (`T / n_r − c0`), bisected to a part in 10⁵."""
     lo, hi = max(noise) * c0, max(noise) * (c0 + sum(works))  # one rank holding all fits
     while hi - lo > 1e-5 * hi:
         mid = 0.5 * (lo + hi)
-        if fits(mid):
+        if best_fit_places(works, [mid / n - c0 for n in noise]):
             hi = mid
         else:
             lo = mid

@@ -39,8 +39,12 @@ import bisect
 import collections
 import json
 import math
+import pathlib
 import sys
 import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "scripts"))
+from split_quality import best_fit_places  # noqa: E402  (the same best-fit split)
 
 
 def steps_of(path):
@@ -116,18 +120,6 @@ def splits_by_ilp(sizes, rooms, time_limit, unknown_is):
     return unknown_is == "feasible"
 
 
-def splits_by_best_fit(works, rooms):
-    """Best-fit decreasing: each sample, heaviest first, into the fullest rank it fits."""
-    left = sorted(rooms)
-    for w in sorted(works, reverse=True):
-        i = bisect.bisect_left(left, w - 1e-12)
-        if i == len(left):
-            return False
-        room = left.pop(i) - w
-        bisect.insort(left, room)
-    return True
-
-
 def least(fits, lo, hi):
     """The bisection's ends (lo fails or is a known floor, hi passes), to a part in a thousand."""
     while hi - lo > 1e-3 * hi:
@@ -173,7 +165,7 @@ def main():
         t0 = time.time()
         # One rank holding every sample fits: an end the bisection starts from and only lowers.
         everything = max(noise) * (c0 + sum(works))
-        _, best_fit = least(lambda t: splits_by_best_fit(works, rooms(t)), floor, everything)
+        _, best_fit = least(lambda t: best_fit_places(works, rooms(t)), floor, everything)
         lower = upper = float("nan")
         if not args.no_ilp:
             down, up = rounded(works, args.bin, True), rounded(works, args.bin, False)
