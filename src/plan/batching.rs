@@ -20,7 +20,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
 
-use super::packed::sort_packed;
+use super::packed::sort_high;
 
 /// The items of one batch, by index: weight (ns of accelerator time), memory (bytes), id.
 #[derive(Clone, Copy, Debug)]
@@ -164,68 +164,92 @@ fn fits(cap: &[u64], used: &[u64], r: usize, mem: u64) -> bool {
     cap[r] == 0 || used[r] + mem <= cap[r]
 }
 
-/// An item as the heuristics consume it: its weight and id beside it (read in order, not looked
-/// up: at 127k items a lookup per item is a cache miss).
+/// An item as the heuristics consume it: its weight beside it (read in order, not looked up: at
+/// 127k items a lookup per item is a cache miss).
 #[derive(Clone, Copy, Debug)]
 struct Ordered {
     weight: u64,
-    id: u64,
     item: usize,
 }
 
 /// Items by weight descending, then id ascending (the order both heuristics consume them in).
 fn heaviest_first(items: &Items<'_>) -> Vec<Ordered> {
+    let Some(packing) = Packing::of(items) else {
+        return by_tuples(items);
+    };
     let n = items.len();
-    if let Some(packing) = Packing::of(items) {
-        // The whole key in one u128: half the time of sorting tuples at 127k items.
-        let mut keyed: Vec<u128> = (0..n).map(|i| packing.key(items.weight[i], items.id[i], i)).collect();
-        sort_packed(&mut keyed);
-        return keyed.into_iter().map(|k| packing.unpack(k)).collect();
+    let mut keyed: Vec<u64> = (0..n).map(|i| packing.key(items.weight[i], items.id[i], i)).collect();
+    sort_high(&mut keyed, packing.index_bits);
+    let mut order: Vec<Ordered> = keyed.iter().map(|&k| packing.unpack(k)).collect();
+    if packing.id_shift > 0 {
+        // Keys equal above their index hold equal weights and ids whose top bits tie, in index
+        // order: put them in id order (rare where ids are hashes: 18 of their 64 bits fit
+        // beside obelics_interleaved's weights at 127k items).
+        let mut at = 0;
+        for tie in keyed.chunk_by(|a, b| a >> packing.index_bits == b >> packing.index_bits) {
+            if tie.len() > 1 {
+                order[at..at + tie.len()].sort_unstable_by_key(|o| (items.id[o.item], o.item));
+            }
+            at += tie.len();
+        }
     }
-    // The keys sorted beside their items, not looked up per comparison.
-    let mut keyed: Vec<(Reverse<u64>, u64, usize)> =
-        (0..n).map(|i| (Reverse(items.weight[i]), items.id[i], i)).collect();
-    keyed.sort_unstable();
-    keyed.into_iter().map(|(Reverse(weight), id, item)| Ordered { weight, id, item }).collect()
+    order
 }
 
-/// How [`heaviest_first`] packs an item's sort key in one u128: from the top, how far its weight
-/// is below the heaviest, its id above the least (each in as many bits as its range takes), its
-/// index in the low 32 bits. Where the ranges take more than 96 bits (weights spread over more
-/// than 2³² ns with 64-bit ids, say), or the items are more than 2³², there is none.
+/// [`heaviest_first`] by sorting (weight, id, index) tuples: where [`Packing`] has no room.
+fn by_tuples(items: &Items<'_>) -> Vec<Ordered> {
+    let mut keyed: Vec<(Reverse<u64>, u64, usize)> =
+        (0..items.len()).map(|i| (Reverse(items.weight[i]), items.id[i], i)).collect();
+    keyed.sort_unstable();
+    keyed.into_iter().map(|(Reverse(weight), _, item)| Ordered { weight, item }).collect()
+}
+
+/// How [`heaviest_first`] packs an item's sort key in one u64, so that the keys sort by radix
+/// ([`sort_high`]): from the top, how far its weight is below the heaviest; the top bits of
+/// how far its id is above the least, as many as the room left holds; its index in the low
+/// bits. At 127k items of obelics_interleaved (weights over 29 bits, 64-bit ids) this sorts in
+/// ~60% of the time of a radix sort of u128 keys that hold the whole id. Where the weights
+/// spread over more than the bits the index leaves (2⁴⁷ ns at 127k items), there is none.
 #[derive(Clone, Copy, Debug)]
 struct Packing {
     heaviest: u64,
     least_id: u64,
-    id_bits: u32,
+    /// The id's bits below those in the key.
+    id_shift: u32,
+    index_bits: u32,
+    /// Where the weight's bits start.
+    weight_at: u32,
 }
 
 impl Packing {
     fn of(items: &Items<'_>) -> Option<Packing> {
         let bits = |x: u64| u64::BITS - x.leading_zeros();
-        let (Some(&heaviest), Some(&lightest)) = (items.weight.iter().max(), items.weight.iter().min())
-        else {
+        let n = items.len();
+        if n == 0 {
             return None;
-        };
-        let (least_id, most_id) = (*items.id.iter().min()?, *items.id.iter().max()?);
-        let id_bits = bits(most_id - least_id);
-        let fits = items.len() <= u32::MAX as usize && bits(heaviest - lightest) + id_bits <= 96;
-        fits.then_some(Packing { heaviest, least_id, id_bits })
-    }
-
-    fn key(&self, weight: u64, id: u64, item: usize) -> u128 {
-        (((self.heaviest - weight) as u128) << (32 + self.id_bits))
-            | (((id - self.least_id) as u128) << 32)
-            | item as u128
-    }
-
-    fn unpack(&self, k: u128) -> Ordered {
-        let id_mask = (1u128 << self.id_bits) - 1;
-        Ordered {
-            weight: self.heaviest - (k >> (32 + self.id_bits)) as u64,
-            id: self.least_id + ((k >> 32) & id_mask) as u64,
-            item: k as u32 as usize,
         }
+        let (mut heaviest, mut lightest, mut least_id, mut most_id) = (0, u64::MAX, u64::MAX, 0);
+        for i in 0..n {
+            (heaviest, lightest) = (heaviest.max(items.weight[i]), lightest.min(items.weight[i]));
+            (least_id, most_id) = (least_id.min(items.id[i]), most_id.max(items.id[i]));
+        }
+        let index_bits = bits(n as u64 - 1).max(1);
+        let room = u64::BITS.checked_sub(bits(heaviest - lightest) + index_bits)?;
+        let id_bits = bits(most_id - least_id);
+        let id_shift = id_bits - id_bits.min(room);
+        Some(Packing { heaviest, least_id, id_shift, index_bits, weight_at: index_bits + room })
+    }
+
+    fn key(&self, weight: u64, id: u64, item: usize) -> u64 {
+        // A shift by 64 (no bits to shift in) is none.
+        (self.heaviest - weight).checked_shl(self.weight_at).unwrap_or(0)
+            | ((id - self.least_id).checked_shr(self.id_shift).unwrap_or(0) << self.index_bits)
+            | item as u64
+    }
+
+    fn unpack(&self, k: u64) -> Ordered {
+        let item = (k & ((1 << self.index_bits) - 1)) as usize;
+        Ordered { weight: self.heaviest - k.checked_shr(self.weight_at).unwrap_or(0), item }
     }
 }
 
@@ -337,19 +361,20 @@ fn lpt_keyed<K: RankKey>(
     // Without caps every rank has room: no memory to count.
     let uncapped = cap.iter().all(|&c| c == 0);
     // The heap's sifts are most of the work (127k items over 4096 ranks). A binary heap: one of
-    // four children a node, and a tournament tree, were measured slower.
+    // four children a node, and a tournament tree, were measured slower; a branchless sift to
+    // the bottom and back up (Floyd's) no faster — a sift waits on its 12 levels of loads.
     let key = |load: u64, count: u32, r: usize| Reverse(K::pack(layout, load, count, r));
     let unpack = |k: K| k.unpack(layout);
     let mut least_loaded: BinaryHeap<Reverse<K>> = (0..ranks).map(|r| key(0, 0, r)).collect();
     let mut skipped = Vec::new();
-    for &Ordered { weight: w, item: i, id } in order {
+    for (at, &Ordered { weight: w, item: i }) in order.iter().enumerate() {
         // The usual case: the least-loaded rank has room; its key grows in place (one sift).
         if let Some(mut top) = least_loaded.peek_mut() {
             let (load, count, r) = unpack(top.0);
             if uncapped || fits(cap, &used, r, items.mem[i]) {
                 owner[i] = r as u32;
                 if let Some(held) = held.as_deref_mut() {
-                    held[r].push(Held { weight: w, tie: Reverse((id, i)) });
+                    held[r].push(Held::new(w, at, i));
                 }
                 if !uncapped {
                     used[r] += items.mem[i];
@@ -376,7 +401,7 @@ fn lpt_keyed<K: RankKey>(
         owner[i] = r as u32;
         used[r] += items.mem[i];
         if let Some(held) = held.as_deref_mut() {
-            held[r].push(Held { weight: w, tie: Reverse((id, i)) });
+            held[r].push(Held::new(w, at, i));
         }
         least_loaded.push(key(load + w, count + 1, r));
         least_loaded.extend(skipped.drain(..));
@@ -404,7 +429,7 @@ fn lpt_keyed<K: RankKey>(
 pub fn balanced(items: &Items<'_>, ranks: usize, cap: &[u64], rounds: u32) -> Vec<u32> {
     let target = good_enough(lower_bound(items, ranks), ranks);
     let order = heaviest_first(items);
-    if ranks >= PAIRS_FROM_RANKS && cap.iter().all(|&c| c == 0) {
+    if ranks >= PAIRS_FROM_RANKS && cap.iter().all(|&c| c == 0) && items.len() <= PAIRS_MOST_ITEMS {
         let mut held = Vec::new();
         let mut owner = lpt_in(items, &order, ranks, cap, Some(&mut held));
         pairs(items, held, &mut owner, ranks, MAX_PAIR_PASSES, target);
@@ -700,8 +725,8 @@ pub const MAX_PAIR_PASSES: u32 = 16;
 /// after pass, while a pass lowers the largest load or the number of ranks carrying it (at most
 /// `passes`) and that load is above `target` (pairs whose larger load is at most `target` are
 /// left as they are: [`lower_bound`] to balance all the way). Ignores memory caps
-/// (callers skip it where a rank has one). Every pair's larger load only falls, so the largest
-/// load never rises.
+/// (callers skip it where a rank has one), and leaves a split of more than [`PAIRS_MOST_ITEMS`]
+/// items as it is. Every pair's larger load only falls, so the largest load never rises.
 ///
 /// ```
 /// use datahelix::plan::batching::{balance_pairs, loads, lower_bound, lpt, Items};
@@ -716,38 +741,57 @@ pub const MAX_PAIR_PASSES: u32 = 16;
 /// assert_eq!(loads(&items, &owner, 2), vec![6, 6]);
 /// ```
 pub fn balance_pairs(items: &Items<'_>, owner: &mut [u32], ranks: usize, passes: u32, target: u64) {
+    if items.len() > PAIRS_MOST_ITEMS {
+        return; // more than [`Held`] can place
+    }
     let order = heaviest_first(items);
-    let held = held_by_rank(owner, ranks, order.iter().rev());
+    let held = held_by_rank(owner, ranks, order.iter().enumerate().rev());
     pairs(items, held, owner, ranks, passes, target);
 }
 
 /// An item as [`balance_pairs`] holds it. A rank's list ascends in this order: lightest first,
-/// among equal weights the order of [`heaviest_first`] reversed (id, then item, descending).
+/// among equal weights the order of [`heaviest_first`] reversed (id, then item, descending):
+/// its place in that order, not its id and index, breaks ties (16 bytes an item, not 24: LPT
+/// writes the lists item by item, each to another rank's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Held {
     weight: u64,
-    tie: Reverse<(u64, usize)>,
+    /// Its place in [`heaviest_first`]'s order.
+    tie: Reverse<u32>,
+    /// Its index (the same order as `tie`: never compared).
+    item: u32,
 }
 
 impl Held {
+    /// The item of `weight` and index `item` at `place` of [`heaviest_first`]'s order (of at
+    /// most [`PAIRS_MOST_ITEMS`]: [`balanced`] and [`balance_pairs`] see to it).
+    fn new(weight: u64, place: usize, item: usize) -> Held {
+        Held { weight, tie: Reverse(place as u32), item: item as u32 }
+    }
+
     fn item(&self) -> usize {
-        self.tie.0 .1
+        self.item as usize
     }
 }
 
-/// Per rank, its items in [`Held`] order, from the items in that order (`lightest_first`).
+/// The most items [`balance_pairs`] balances (as many as a u32 counts): beyond, it leaves the
+/// split as it is.
+pub const PAIRS_MOST_ITEMS: usize = u32::MAX as usize;
+
+/// Per rank, its items in [`Held`] order, from the items in that order (`lightest_first`: each
+/// with its place in [`heaviest_first`]'s order).
 fn held_by_rank<'a>(
     owner: &[u32],
     ranks: usize,
-    lightest_first: impl Iterator<Item = &'a Ordered>,
+    lightest_first: impl Iterator<Item = (usize, &'a Ordered)>,
 ) -> Vec<Vec<Held>> {
     let mut count = vec![0usize; ranks];
     for &o in owner {
         count[o as usize] += 1;
     }
     let mut held: Vec<Vec<Held>> = count.iter().map(|&c| Vec::with_capacity(c + 1)).collect();
-    for o in lightest_first {
-        held[owner[o.item] as usize].push(Held { weight: o.weight, tie: Reverse((o.id, o.item)) });
+    for (place, o) in lightest_first {
+        held[owner[o.item] as usize].push(Held::new(o.weight, place, o.item));
     }
     held
 }
@@ -840,6 +884,7 @@ fn best_exchange(hi: &[Held], lo: &[Held], d: u64) -> Option<(usize, Option<usiz
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::packed::RADIX_FROM;
 
     fn items<'a>(w: &'a [u64], m: &'a [u64], id: &'a [u64]) -> Items<'a> {
         Items { weight: w, mem: m, id }
@@ -985,26 +1030,26 @@ mod tests {
     }
 
     proptest::proptest! {
-        // Weights and ids whose ranges fit 96 bits together take the packed sort, wider ones
-        // the tuple sort: the same order either way, so the same split.
+        // Packed in a u64 and sorted by radix (from RADIX_FROM items), or as tuples where the
+        // weights spread too far: the tuples' order, with equal weights, ids that tie in the
+        // key's top bits (wider than its room) or tie outright, and weights of any spread.
         #[test]
-        fn both_sorts_order_items_alike(
-            w in proptest::collection::vec(0u64..20, 1..50),
-            ranks in 1usize..6,
+        fn heaviest_first_is_the_tuple_sort(
+            drawn in proptest::collection::vec((0u64..12, 0u64..4, 0u64..40), RADIX_FROM - 8..RADIX_FROM + 300),
+            weight_shift in 0u32..62,
+            id_shift in 0u32..62,
+            small in proptest::option::weighted(0.3, 1usize..60),
         ) {
-            let w: Vec<u64> = w.iter().map(|&x| x << 40).collect();
-            let narrow: Vec<u64> = (0..w.len() as u64).map(|i| (i * 7) % 11).collect();
-            let wide: Vec<u64> = narrow.iter().map(|&id| id << 59).collect();
-            let mem = vec![0; w.len()];
-            let caps = vec![0; ranks];
-            proptest::prop_assert!(Packing::of(&items(&w, &mem, &narrow)).is_some());
-            // Ids over 62 bits beside weights over 40 (where they differ) are too wide to pack.
-            let spread = w.iter().max() != w.iter().min();
-            proptest::prop_assert_eq!(Packing::of(&items(&w, &mem, &wide)).is_none(), spread);
-            proptest::prop_assert_eq!(
-                lpt(&items(&w, &mem, &narrow), ranks, &caps),
-                lpt(&items(&w, &mem, &wide), ranks, &caps)
-            );
+            // Small sets too: they sort by comparison.
+            let n = small.unwrap_or(drawn.len());
+            let w: Vec<u64> = drawn[..n].iter().map(|&(x, _, _)| x << weight_shift).collect();
+            let id: Vec<u64> = drawn[..n].iter().map(|&(_, hi, lo)| (hi << id_shift << 1) | lo).collect();
+            let mem = vec![0; n];
+            let it = items(&w, &mem, &id);
+            let key = |o: &Ordered| (o.weight, o.item);
+            let packed: Vec<_> = heaviest_first(&it).iter().map(key).collect();
+            let tuples: Vec<_> = by_tuples(&it).iter().map(key).collect();
+            proptest::prop_assert_eq!(packed, tuples);
         }
 
         // Without caps LPT keys ranks in a u64 where their fields fit: the split of u128 keys.
