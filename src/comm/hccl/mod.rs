@@ -255,7 +255,10 @@ impl HcclCollective {
             Some(AclCode::SuspectRemote) => " — a peer failed or exited".into(),
             _ => String::new(),
         };
-        eprintln!("datahelix: {site} failed (hccl): {e}{hint}. Aborting the job (exit {EXIT_ABORTED}).");
+        // In one write: the other ranks print theirs at the same moment.
+        crate::comm::say_whole(&format!(
+            "datahelix: {site} failed (hccl): {e}{hint}. Aborting the job (exit {EXIT_ABORTED})."
+        ));
         if self.mpi.is_some() {
             mpi::raw::abort(EXIT_ABORTED)
         }

@@ -284,7 +284,10 @@ impl MpiWorld {
             }
             _ => "",
         };
-        eprintln!("datahelix: {site} failed: {e}{hint}. Aborting the job (exit {EXIT_ABORTED}).");
+        // In one write: the other ranks print theirs at the same moment.
+        crate::comm::say_whole(&format!(
+            "datahelix: {site} failed: {e}{hint}. Aborting the job (exit {EXIT_ABORTED})."
+        ));
         raw::abort(EXIT_ABORTED)
     }
 
