@@ -9,6 +9,8 @@
 #
 #   scripts/demo.sh                      # defaults below
 #   RANKS=2 STEPS=10 scripts/demo.sh     # smaller
+#   PROFILE=0.1,4.6e-4,1.25e-6,0.05 scripts/demo.sh
+#                                        # the default until 2026-12-06 (helix ~1.50x the actor pool)
 #   PROFILE=2.6,6.5e-4,6.5e-8,0.05 scripts/demo.sh
 #                                        # the default until fe116ac (a fixed 2.6-s step)
 #   SPEC=scripts/specs/skewed.json BATCH=8 PROFILE=1.0,5e-4,5e-8,0.05 scripts/demo.sh
@@ -16,8 +18,8 @@
 #
 # The emulated accelerator (PROTOCOL.md) takes c0 + Σ (a·tokens + b·tokens²) seconds a step:
 # the default profile is a video transformer's, its step dominated by attention over each
-# sample's tokens (157-2205 here, quadratic above ~370), so a rank's step follows the tokens it
-# trains, not only their number.
+# sample's tokens (157-2205 here; the quadratic term is the larger above ~60 tokens), so a
+# rank's step follows the tokens it trains, not only their number.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -29,7 +31,7 @@ WORKERS=${WORKERS:-4}
 BATCH=${BATCH:-16}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
-PROFILE=${PROFILE:-0.1,4.6e-4,1.25e-6,0.05}
+PROFILE=${PROFILE:-0.1,1e-4,1.7e-6,0.05}
 # 1.6 of the machine's 2 cores: each of the W = 4 workers decodes in 0.4 core. With the whole
 # 2 cores the actor pool's shared workers kept up with every step in two of three runs (it
 # tied helix on misses); at 1.6 it waited over 1 ms on 2.9-5.9% of rank-steps in each of three
