@@ -1,5 +1,6 @@
 //! `datahelix compare --results`: the table, the `--json` document and the plots, from synthetic
-//! `train` results written to a temporary folder.
+//! `train` results written to a temporary folder; and `scripts/demo_table.py`, the README's demo
+//! table, over several such folders.
 //!
 //! Set `DATAHELIX_REPORT_KEEP=DIR` to keep the rendered plots in DIR for a look.
 
@@ -285,4 +286,72 @@ fn report_api_without_plots() {
     assert!(report.plots.is_empty());
     assert_eq!(report.policies[0].0, "rank-local");
     assert!(report.table().lines().count() == 4);
+}
+
+/// `scripts/demo_table.py` (the README's demo table) reads the folders `compare` writes: per
+/// policy the median and range over the runs, ratios taken within each run.
+#[test]
+fn demo_table_takes_medians_over_run_folders() {
+    let runs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    // Helix's throughput scaled by 1.0, 1.2 and 0.9 run by run, rank-local's by 1.1 in run 3.
+    for (dir, (scale, rank_local_scale)) in runs.iter().zip([(1.0, 1.0), (1.2, 1.0), (0.9, 1.1)]) {
+        let mut results = three_policies();
+        results[0].1.summary.throughput *= scale;
+        results[1].1.summary.throughput *= rank_local_scale;
+        write_results(dir.path(), &results);
+    }
+    let base = three_policies();
+    let throughput = |name: &str| base.iter().find(|(n, _)| n == name).unwrap().1.summary.throughput;
+    let (helix, rank_local, actor_pool) =
+        (throughput("helix"), throughput("rank-local"), throughput("actor-pool"));
+
+    let out = common::run(
+        std::process::Command::new("python3")
+            .arg("scripts/demo_table.py")
+            .args(runs.iter().map(|d| d.path().to_str().unwrap())),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("| {name} |")))
+            .unwrap_or_else(|| panic!("no {name} row:\n{text}"))
+    };
+    // Median of the three runs is run 1's; the range spans runs 3 and 2.
+    let expected = format!("| helix | {:.2} ({:.2}–{:.2}) |", helix, 0.9 * helix, 1.2 * helix);
+    assert!(row("helix").starts_with(&expected), "{}\nwanted {expected}", row("helix"));
+    // Over rank-local within each run: 1.0, 1.2 and 0.9 / 1.1 of the ratio.
+    let over = format!(
+        "{:.2} ({:.2}–{:.2})×",
+        helix / rank_local,
+        0.9 * helix / (1.1 * rank_local),
+        1.2 * helix / rank_local
+    );
+    assert!(row("helix").contains(&over), "{}\nwanted {over}", row("helix"));
+    assert!(row("rank-local").contains("| 1.00 (1.00–1.00)× |"), "{}", row("rank-local"));
+    let rank_local_row =
+        format!("| rank-local | {:.2} ({:.2}–{:.2}) |", rank_local, rank_local, 1.1 * rank_local);
+    assert!(row("rank-local").starts_with(&rank_local_row), "{}\nwanted {rank_local_row}", row("rank-local"));
+    assert!(!text.contains("| post-balance |"), "a policy no run has gets no row:\n{text}");
+    let ratios = format!(
+        "helix over actor-pool: {:.3} ({:.3}–{:.3})×, runs: {:.3}, {:.3}, {:.3}",
+        helix / actor_pool,
+        0.9 * helix / actor_pool,
+        1.2 * helix / actor_pool,
+        helix / actor_pool,
+        1.2 * helix / actor_pool,
+        0.9 * helix / actor_pool
+    );
+    assert!(text.contains(&ratios), "{text}\nwanted {ratios}");
+
+    // A folder with no results is named.
+    let empty = tempfile::tempdir().unwrap();
+    let out = common::run(
+        std::process::Command::new("python3")
+            .arg("scripts/demo_table.py")
+            .arg(runs[0].path())
+            .arg(empty.path()),
+    );
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains(empty.path().to_str().unwrap()), "{}", stderr(&out));
 }
