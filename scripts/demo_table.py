@@ -22,8 +22,18 @@ def load(folder):
     runs = {}
     for policy in POLICIES:
         path = Path(folder) / f"{policy}.json"
-        if path.exists():
-            runs[policy] = json.loads(path.read_text())["summary"]
+        if not path.exists():
+            continue
+        try:
+            summary = json.loads(path.read_text())["summary"]
+            for key in ("throughput", "miss_rate", "miss_rate_10ms", "p95_wait_s", "efficiency", "max_wait_s"):
+                float(summary[key])
+        except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as e:
+            sys.exit(
+                f"demo_table: {path} is not a `datahelix train` result ({type(e).__name__}: {e}); "
+                "rerun that policy or move the file out of the folder"
+            )
+        runs[policy] = summary
     if not runs:
         sys.exit(f"demo_table: no <policy>.json in {folder}: is it a `datahelix compare --out-dir`?")
     return runs

@@ -354,4 +354,19 @@ fn demo_table_takes_medians_over_run_folders() {
     );
     assert!(!out.status.success());
     assert!(stderr(&out).contains(empty.path().to_str().unwrap()), "{}", stderr(&out));
+
+    // A damaged result, or one without the summary's figures, is named, not a traceback.
+    for damaged in
+        ["{\"summary\": {\"throughput\": 1.0", "{\"summary\": {\"throughput\": \"fast\"}}", "[1, 2]"]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        write_results(dir.path(), &three_policies());
+        let bad = dir.path().join("actor-pool.json");
+        std::fs::write(&bad, damaged).unwrap();
+        let out =
+            common::run(std::process::Command::new("python3").arg("scripts/demo_table.py").arg(dir.path()));
+        assert!(!out.status.success(), "{damaged}: {}", stdout(&out));
+        assert!(stderr(&out).contains(bad.to_str().unwrap()), "{damaged}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("Traceback"), "{damaged}: {}", stderr(&out));
+    }
 }
