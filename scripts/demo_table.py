@@ -28,6 +28,8 @@ def load(folder):
             summary = json.loads(path.read_text())["summary"]
             for key in ("throughput", "miss_rate", "miss_rate_10ms", "p95_wait_s", "efficiency", "max_wait_s"):
                 float(summary[key])
+            if not float(summary["throughput"]) > 0:
+                raise ValueError(f"throughput {summary['throughput']}")
         except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as e:
             sys.exit(
                 f"demo_table: {path} is not a `datahelix train` result ({type(e).__name__}: {e}); "
@@ -47,6 +49,12 @@ def cell(values, fmt, unit=""):
 def main(folders):
     runs = [load(f) for f in folders]
     policies = [p for p in POLICIES if all(p in run for run in runs)]
+    for p in POLICIES:
+        if p not in policies and any(p in run for run in runs):
+            print(f"demo_table: {p} is left out: not every run has it", file=sys.stderr)
+    if "rank-local" not in policies:
+        lacking = [f for f, run in zip(folders, runs) if "rank-local" not in run]
+        sys.exit(f"demo_table: no rank-local.json in {', '.join(map(str, lacking))}: the ratios are over rank-local")
     print(f"Median (range) of {len(runs)} runs.\n")
     print("| policy | samples/s | over rank-local | miss > 1 ms | miss > 10 ms | p95 wait ms | efficiency |")
     print("|---|---|---|---|---|---|---|")

@@ -355,10 +355,33 @@ fn demo_table_takes_medians_over_run_folders() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains(empty.path().to_str().unwrap()), "{}", stderr(&out));
 
-    // A damaged result, or one without the summary's figures, is named, not a traceback.
-    for damaged in
-        ["{\"summary\": {\"throughput\": 1.0", "{\"summary\": {\"throughput\": \"fast\"}}", "[1, 2]"]
-    {
+    // Without rank-local there is nothing to take ratios over: said, naming the folder.
+    let no_rank_local = tempfile::tempdir().unwrap();
+    let others: Vec<_> = three_policies().into_iter().filter(|(name, _)| name != "rank-local").collect();
+    write_results(no_rank_local.path(), &others);
+    let out = common::run(
+        std::process::Command::new("python3")
+            .arg("scripts/demo_table.py")
+            .arg(runs[0].path())
+            .arg(no_rank_local.path()),
+    );
+    assert!(!out.status.success(), "{}", stdout(&out));
+    assert!(stderr(&out).contains(no_rank_local.path().to_str().unwrap()), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("Traceback"), "{}", stderr(&out));
+
+    // A damaged result, one without the summary's figures, or one with no throughput is named,
+    // not a traceback or a division by zero.
+    let zero = serde_json::to_string(
+        &json!({"summary": {"throughput": 0.0, "miss_rate": 0.0, "miss_rate_10ms": 0.0,
+        "p95_wait_s": 0.0, "efficiency": 0.0, "max_wait_s": 0.0}}),
+    )
+    .unwrap();
+    for damaged in [
+        "{\"summary\": {\"throughput\": 1.0",
+        "{\"summary\": {\"throughput\": \"fast\"}}",
+        "[1, 2]",
+        zero.as_str(),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         write_results(dir.path(), &three_policies());
         let bad = dir.path().join("actor-pool.json");
