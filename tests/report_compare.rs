@@ -103,6 +103,11 @@ fn compare(args: &[&str]) -> std::process::Output {
     common::run(common::datahelix().arg("compare").args(args))
 }
 
+/// `python3 scripts/demo_table.py FOLDER…`.
+fn demo_table<P: AsRef<std::ffi::OsStr>>(folders: impl IntoIterator<Item = P>) -> std::process::Output {
+    common::run(std::process::Command::new("python3").arg("scripts/demo_table.py").args(folders))
+}
+
 fn stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -305,11 +310,7 @@ fn demo_table_takes_medians_over_run_folders() {
     let (helix, rank_local, actor_pool) =
         (throughput("helix"), throughput("rank-local"), throughput("actor-pool"));
 
-    let out = common::run(
-        std::process::Command::new("python3")
-            .arg("scripts/demo_table.py")
-            .args(runs.iter().map(|d| d.path().to_str().unwrap())),
-    );
+    let out = demo_table(runs.iter().map(|d| d.path()));
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     let row = |name: &str| {
@@ -346,12 +347,7 @@ fn demo_table_takes_medians_over_run_folders() {
 
     // A folder with no results is named.
     let empty = tempfile::tempdir().unwrap();
-    let out = common::run(
-        std::process::Command::new("python3")
-            .arg("scripts/demo_table.py")
-            .arg(runs[0].path())
-            .arg(empty.path()),
-    );
+    let out = demo_table([runs[0].path(), empty.path()]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains(empty.path().to_str().unwrap()), "{}", stderr(&out));
 
@@ -359,12 +355,7 @@ fn demo_table_takes_medians_over_run_folders() {
     let no_rank_local = tempfile::tempdir().unwrap();
     let others: Vec<_> = three_policies().into_iter().filter(|(name, _)| name != "rank-local").collect();
     write_results(no_rank_local.path(), &others);
-    let out = common::run(
-        std::process::Command::new("python3")
-            .arg("scripts/demo_table.py")
-            .arg(runs[0].path())
-            .arg(no_rank_local.path()),
-    );
+    let out = demo_table([runs[0].path(), no_rank_local.path()]);
     assert!(!out.status.success(), "{}", stdout(&out));
     assert!(stderr(&out).contains(no_rank_local.path().to_str().unwrap()), "{}", stderr(&out));
     assert!(!stderr(&out).contains("Traceback"), "{}", stderr(&out));
@@ -386,8 +377,7 @@ fn demo_table_takes_medians_over_run_folders() {
         write_results(dir.path(), &three_policies());
         let bad = dir.path().join("actor-pool.json");
         std::fs::write(&bad, damaged).unwrap();
-        let out =
-            common::run(std::process::Command::new("python3").arg("scripts/demo_table.py").arg(dir.path()));
+        let out = demo_table([dir.path()]);
         assert!(!out.status.success(), "{damaged}: {}", stdout(&out));
         assert!(stderr(&out).contains(bad.to_str().unwrap()), "{damaged}: {}", stderr(&out));
         assert!(!stderr(&out).contains("Traceback"), "{damaged}: {}", stderr(&out));
