@@ -10,9 +10,8 @@ use std::path::{Path, PathBuf};
 use datahelix::decode::pool::{Failure, Job, Output, Pool, PoolConfig};
 use datahelix::decode::split::{split_targets, FrameRange};
 use datahelix::decode::{DecodeError, Decoded, Decoder, Params, Strategy};
-use datahelix::descriptor::{Descriptor, Status};
-use datahelix::manifest::Entry;
-use decode_support::{make_clip, make_image};
+use datahelix::descriptor::Descriptor;
+use decode_support::{make_clip, make_image, probed};
 
 /// Short clips with a keyframe every 12 frames, and one at 3 fps with a keyframe every 4: its last
 /// target falls past the stream's last frame (it takes the last decoded frame) and, at 6 targets a
@@ -29,20 +28,6 @@ fn clips_and_gops(dir: &Path) -> Vec<(PathBuf, u32)> {
         (make_clip(&dir.join("mpeg4_g12.mkv"), "192x144", 30, 4.0, &["-c:v", "mpeg4", "-g", "12"]), 12),
         (make_clip(&dir.join("h264_3fps.mp4"), "192x144", 3, 4.0, &["-c:v", "libx264", "-g", "4"]), 4),
     ]
-}
-
-/// The index's descriptor of a file (what the planner splits by).
-fn descriptor(path: &Path) -> Descriptor {
-    let entry = Entry {
-        id: 0,
-        path: path.file_name().unwrap().to_str().unwrap().into(),
-        text_tokens: 0,
-        line: 1,
-        extra: None,
-    };
-    let d = datahelix::probe::probe(path.parent().unwrap(), &entry);
-    assert_eq!(d.status, Status::Ok, "{}: {d:?}", path.display());
-    d
 }
 
 fn decode(path: &Path, params: &Params, strategy: Strategy, range: Option<FrameRange>) -> (Vec<u8>, Decoded) {
@@ -122,10 +107,13 @@ fn pieces_at_every_split_point_concatenate_to_the_whole_decode() {
 fn predicted_splits_match_the_whole_and_later_pieces_decode_less() {
     let dir = tempfile::tempdir().unwrap();
     for (path, gop) in clips_and_gops(dir.path()) {
-        let probed = descriptor(&path);
-        // The index's keyframe interval may overstate the real one (a wrong guess costs only
-        // decode time); with the real one the pieces must not overlap at all.
-        for d in [probed, Descriptor { keyint: gop, ..probed }] {
+        let from_index = probed(&path);
+        // MP4's sample table and Matroska's cues (read at a seek: `tests/matroska_cues.rs`).
+        assert_eq!(from_index.keyint, gop, "{}", path.display());
+        // An index may overstate the interval (a Matroska file without cues: what was read
+        // before the first keyframe after its start), which costs only decode time; with the
+        // real one the pieces must not overlap at all.
+        for d in [from_index, Descriptor { keyint: gop * 3 / 2, ..from_index }] {
             for params in [Params::default(), dense()] {
                 check_predicted_split(&path, &d, &params, d.keyint == gop);
             }
@@ -139,12 +127,6 @@ fn check_predicted_split(path: &Path, d: &Descriptor, params: &Params, exact_key
     let f = scan.1.shape.frames;
     for parts in 2..=4 {
         let ranges = split_targets(d, params, parts);
-        if d.keyint == 0 {
-            // The index knows no keyframe interval (Matroska's cues are read at the first seek,
-            // after probing): the sample stays whole.
-            assert_eq!(ranges, [FrameRange::whole(f)], "{name}");
-            continue;
-        }
         // Targets less than a frame apart leave no keyframe between neighbours to cut at.
         let (sn, sd) = params.sample_fps;
         if d.fps() * sd as f64 > 2.0 * sn as f64 {
@@ -196,7 +178,7 @@ fn check_predicted_split(path: &Path, d: &Descriptor, params: &Params, exact_key
 fn the_pool_decodes_a_jobs_range_only() {
     let dir = tempfile::tempdir().unwrap();
     let path = &clips(dir.path())[0];
-    let d = descriptor(path);
+    let d = probed(path);
     let params = Params::default();
     let whole = decode(path, &params, Strategy::Scan, None);
     let ranges = split_targets(&d, &params, 3);

@@ -615,6 +615,9 @@ impl Decoder {
         let mut pending = false;
         // A later piece starts at the keyframe before its first target.
         let mut seek_first = range.start > 0;
+        if strategy == Strategy::Seek && !seek_first {
+            self.read_seek_index()?;
+        }
         let mut i = range.start;
         'targets: while i < range.end {
             let t = target(i, f, duration);
@@ -694,6 +697,24 @@ impl Decoder {
         if end_gap.cmp_exact(&allowed).is_gt() {
             return Err(DecodeError::EndsEarly { last_s: last.to_f64(), duration_s: duration.to_f64() });
         }
+        Ok(())
+    }
+
+    /// Before the first frame is read, has the demuxer read its seek index where it defers it
+    /// (Matroska's cues, read at the first seek): without it [`Decoder::should_seek`] knows no
+    /// keyframe ahead, and a seeking decode scans. Rewinds to the stream's start, so the decode
+    /// that follows is the same as without it.
+    fn read_seek_index(&mut self) -> Result<(), DecodeError> {
+        let deferred = self.input.format_name().starts_with("matroska");
+        if !deferred || self.stats.frames_decoded > 0 || self.stats.seeks > 0 {
+            return Ok(());
+        }
+        self.input.read_seek_index(self.stream.index, self.start).map_err(DecodeError::Demux)?;
+        self.stats.seeks += 1;
+        self.codec.flush();
+        self.draining = false;
+        self.first_dts_after_seek = None;
+        self.position = None;
         Ok(())
     }
 

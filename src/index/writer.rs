@@ -23,7 +23,7 @@ use super::format::{Header, ID_ENTRY_BYTES};
 use super::source::Source;
 use super::Index;
 use crate::descriptor::record::{self, PathRef, RECORD_BYTES};
-use crate::descriptor::{Descriptor, Status};
+use crate::descriptor::{Container, Descriptor, Modality, Status};
 use crate::manifest::{self, Entry, LineError, Manifest};
 use crate::probe;
 use crate::shard::{self, location::MemberPath};
@@ -270,9 +270,13 @@ fn reusable(previous: &HashMap<(u64, String), Descriptor>, dir: &Path, e: &Entry
 
 /// Whether the file of `old` (at `path` beneath `root`, canonical) still has the size and
 /// modification time it was indexed with. Descriptors that are always re-probed (no file, a
-/// bad path, a duplicate id, unreadable) never count as unchanged.
+/// bad path, a duplicate id, unreadable) never count as unchanged, nor Matroska videos without
+/// a keyframe interval: probes before 2026-12-06 did not read their cues (a rebuild now does).
 fn unchanged(root: &Path, path: &str, old: &Descriptor) -> bool {
     if old.bytes == 0 || matches!(old.status, Status::DuplicateId | Status::BadPath | Status::Unreadable) {
+        return false;
+    }
+    if old.container == Container::Mkv && old.modality == Modality::Video && old.keyint == 0 {
         return false;
     }
     // The path is resolved again: a link swapped to a file outside the folder is re-probed
@@ -370,4 +374,33 @@ fn progress_bar(wanted: bool, len: u64) -> indicatif::ProgressBar {
         bar.set_style(style);
     }
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Indexes written before the probe read Matroska's cues hold keyint 0 for every MKV and
+    /// WebM: a rebuild re-probes those, and only those, of the unchanged files.
+    #[test]
+    fn matroska_videos_without_a_keyframe_interval_are_probed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.mkv"), b"0123456789").unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let (bytes, mtime_ns) = probe::stat(&root.join("a.mkv")).unwrap();
+        let old = Descriptor {
+            modality: Modality::Video,
+            container: Container::Mkv,
+            status: Status::Ok,
+            bytes,
+            mtime_ns,
+            keyint: 25,
+            ..Descriptor::default()
+        };
+        assert!(unchanged(&root, "a.mkv", &old));
+        assert!(!unchanged(&root, "a.mkv", &Descriptor { keyint: 0, ..old }));
+        assert!(unchanged(&root, "a.mkv", &Descriptor { keyint: 0, container: Container::Mp4, ..old }));
+        assert!(unchanged(&root, "a.mkv", &Descriptor { keyint: 0, modality: Modality::Image, ..old }));
+        assert!(!unchanged(&root, "a.mkv", &Descriptor { bytes: bytes + 1, ..old }));
+    }
 }

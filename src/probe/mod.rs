@@ -288,7 +288,16 @@ fn probe_video(d: &mut Descriptor, path: &Path, range: Option<ByteRange>, head: 
     d.width = stream.width;
     d.height = stream.height;
     fill_timing(d, &input, &stream);
-    let entries = input.index_entries(stream.index);
+    let mut entries = input.index_entries(stream.index);
+    if d.container == Container::Mkv {
+        // Matroska's cues are read at the first seek: before it the index lists only the
+        // keyframes read (none, or the first where a field was missing), the keyframe interval is
+        // unknown, and the samples are never sought in nor split. A file whose seek fails keeps
+        // what was read.
+        if input.read_seek_index(stream.index, stream.start_time.unwrap_or(0)).is_ok() {
+            entries = input.index_entries(stream.index);
+        }
+    }
     d.keyint = keyint_of(&entries, &stream, d);
     if let Some(end) = index_end(&entries) {
         if end > d.bytes {
@@ -350,7 +359,12 @@ fn fill_timing(d: &mut Descriptor, input: &Input, s: &StreamInfo) {
     };
 }
 
-/// Largest gap between keyframes, in frames, from the demuxer's seek index (0 when it has none).
+/// Largest gap between keyframes, in frames, from the demuxer's seek index (0 when it has none,
+/// or lists a single keyframe of a stream of unknown length). The last gap runs to the stream's
+/// end: its start plus the descriptor's duration. The start is the stream's, or its first
+/// keyframe's timestamp where that is earlier — MP4's index holds decode times, which B-frames put
+/// before the first presentation time; measured from the presentation start, a single-keyframe
+/// H.264 stream with B-frames read two frames longer than it is.
 fn keyint_of(entries: &[IndexEntry], s: &StreamInfo, d: &Descriptor) -> u32 {
     let (tb_num, tb_den) = s.time_base;
     let fps = d.fps();
@@ -363,17 +377,20 @@ fn keyint_of(entries: &[IndexEntry], s: &StreamInfo, d: &Descriptor) -> u32 {
     }
     keys.sort_unstable();
     keys.dedup();
-    let start = s.start_time.unwrap_or(keys[0]);
-    let end = start.saturating_add(s.duration.unwrap_or(0));
     let ticks_to_frames = |t: i64| t as f64 * tb_num as f64 / tb_den as f64 * fps;
     let mut max_gap = 0.0f64;
     for w in keys.windows(2) {
         max_gap = max_gap.max(ticks_to_frames(w[1].saturating_sub(w[0])));
     }
-    if let Some(&last) = keys.last() {
-        if end > last {
-            max_gap = max_gap.max(ticks_to_frames(end - last));
-        }
+    let start = s.start_time.map_or(keys[0], |t| t.min(keys[0]));
+    let last = keys[keys.len() - 1];
+    let frames = d.duration_s() * fps;
+    if frames > 0.0 {
+        let before_last = ticks_to_frames(last.saturating_sub(start));
+        max_gap = max_gap.max(frames - before_last);
+    }
+    if max_gap < 0.5 {
+        return 0;
     }
     max_gap.round().clamp(1.0, u32::MAX as f64) as u32
 }

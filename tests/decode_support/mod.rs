@@ -27,6 +27,21 @@ pub fn make_clip(out: &Path, size: &str, rate: u32, seconds: f64, codec_args: &[
     out.to_path_buf()
 }
 
+/// The index's descriptor of a media file (what the planner prices and splits by), probed as
+/// `datahelix index` does; panics unless it is usable.
+pub fn probed(path: &Path) -> datahelix::descriptor::Descriptor {
+    let entry = datahelix::manifest::Entry {
+        id: 0,
+        path: path.file_name().unwrap().to_str().unwrap().into(),
+        text_tokens: 0,
+        line: 1,
+        extra: None,
+    };
+    let d = datahelix::probe::probe(path.parent().unwrap(), &entry);
+    assert_eq!(d.status, datahelix::descriptor::Status::Ok, "{}: {d:?}", path.display());
+    d
+}
+
 /// A still image from `testsrc2`.
 pub fn make_image(out: &Path, size: &str, extra: &[&str]) -> PathBuf {
     let src = format!("testsrc2=size={size}");

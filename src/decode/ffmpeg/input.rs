@@ -330,9 +330,21 @@ impl Input {
         check(ret, "av_seek_frame").map(|_| ())
     }
 
+    /// Has the demuxer read its whole seek index, and rewinds stream `index` to its first
+    /// keyframe: an `av_seek_frame` back to `start` (the stream's start, in its time base).
+    ///
+    /// FFmpeg's Matroska demuxer reads the file's cues only at the first seek, so until then a
+    /// Matroska stream's [`Input::index_entries`] lists only the keyframes read so far — none
+    /// after opening — where MP4's `moov` lists every sample from the start. Matroska with a
+    /// single cue (one keyframe) reads its clusters to the end here, without decoding them; a
+    /// file written without cues keeps an index of the keyframes read.
+    pub fn read_seek_index(&mut self, index: usize, start: i64) -> Result<(), AvError> {
+        self.seek_backward(index, start)
+    }
+
     /// The demuxer's seek index of a stream: `(timestamp, byte position, size, is keyframe)` per
-    /// entry. MP4 lists every sample; Matroska lists its cues (keyframes). Read from the header
-    /// alone, without touching the packets.
+    /// entry. MP4 lists every sample, from the header alone; Matroska its cues (keyframes), read
+    /// at the first seek ([`Input::read_seek_index`]).
     pub fn index_entries(&self, index: usize) -> Vec<IndexEntry> {
         let Some(st) = self.stream_ptr(index) else { return Vec::new() };
         // SAFETY: st is a valid stream of this open context.
