@@ -4,7 +4,7 @@
 #      the dev profile to reuse the workspace's build: MATURIN_PEP517_ARGS);
 #   2. there, under `mpirun -np 2`: every array of every batch kept past the run and the loader's
 #      close (also under PYTHONMALLOC=debug), bytes equal to `datahelix decode`'s, exactly once
-#      per epoch, and resume from `state_dict()` in a new process;
+#      per epoch, and resume from `state_dict()` in a new process; replica groups (`replica_ranks`);
 #   3. in the project's environment (.venv, with torch): DDP over gloo through datahelix.torch
 #      (also with late ranks),
 #      the README's training loop (with its resume), the PyTorch C++ extension of
@@ -54,6 +54,11 @@ step "the same under PYTHONMALLOC=debug, policy rank-local"
 PYTHONMALLOC=debug mpirun -np 2 "$py" python/tests/keep_arrays.py --data "$work/tiny" --out "$work/debug" \
   --policy rank-local
 checks --run "$work/debug"
+
+step "replica groups: replica_ranks=2, byte-identical batches and states (mpirun -np 2)"
+mkdir -p "$work/replicas"
+mpirun -np 2 "$py" python/tests/replicas.py --data "$work/tiny" --out "$work/replicas"
+"$py" python/tests/replicas.py --data "$work/tiny" --out "$work/replicas" --check
 
 step "PyTorch: DDP (gloo) through datahelix.torch (mpirun -np 2)"
 MATURIN_PEP517_ARGS="--profile dev" "$DH_VENV/bin/pip" install -q --no-deps --force-reinstall ./python

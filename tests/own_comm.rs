@@ -101,8 +101,30 @@ fn a_c_program_passes_its_own_mpi_comm_and_resumes_from_the_state() {
 fn a_replica_group_of_2_receives_byte_identical_batches() {
     let example = target_dir().join("examples/replicas");
     assert!(example.exists(), "{} not built (cargo test builds examples)", example.display());
+    assert_replica_batches(&mpirun(&example, "helix"), "rust");
+}
+
+/// The same from C (`replica_ranks` = 2, `csrc/tests/replicas.c`), continuing half-way from the
+/// state a follower took: every rank's state is the same document, and the batches after the
+/// restart are still the uninterrupted run's.
+#[test]
+fn a_c_program_sets_replica_ranks_and_resumes_from_a_followers_state() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("replicas_c");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("replicas");
+    common::compile_c("mpicc", &common::repo().join("csrc/tests/replicas.c"), &target_dir(), &exe);
+    let out = mpirun(&exe, "helix");
+    assert_replica_batches(&out, "c");
+    let states: Vec<&str> =
+        out.lines().filter(|l| l.starts_with("state ")).filter_map(|l| l.split(' ').nth(2)).collect();
+    assert_eq!(states.len(), 4, "one state per rank in\n{out}");
+    assert!(states.iter().all(|s| *s == states[0]), "leaders' and followers' states differ: {states:?}");
+}
+
+/// Pairs of ranks (`batch STEP RANK GROUP LEADS HASH ids` lines) hold byte-identical batches,
+/// one leader each, and the leaders together the sampler's global batch (seed 3) exactly once.
+fn assert_replica_batches(out: &str, what: &str) {
     let sampler = Sampler::new(&common::manifest_ids(&dataset()), 3);
-    let out = mpirun(&example, "helix");
     for step in 0..STEPS {
         // (rank, group, leads, hash, ids)
         let rows: Vec<Vec<&str>> = out
@@ -110,11 +132,14 @@ fn a_replica_group_of_2_receives_byte_identical_batches() {
             .map(|l| l.split(' ').collect::<Vec<_>>())
             .filter(|f| f.len() >= 6 && f[0] == "batch" && f[1] == step.to_string())
             .collect();
-        assert_eq!(rows.len(), 4, "step {step}: one line per rank in\n{out}");
+        assert_eq!(rows.len(), 4, "{what} step {step}: one line per rank in\n{out}");
         for group in ["0", "1"] {
             let members: Vec<&Vec<&str>> = rows.iter().filter(|f| f[3] == group).collect();
-            assert_eq!(members.len(), 2, "step {step}: group {group} has two ranks");
-            assert_eq!(members[0][5], members[1][5], "step {step}: group {group}'s batches differ in bytes");
+            assert_eq!(members.len(), 2, "{what} step {step}: group {group} has two ranks");
+            assert_eq!(
+                members[0][5], members[1][5],
+                "{what} step {step}: group {group}'s batches differ in bytes"
+            );
             assert_eq!(members.iter().filter(|f| f[4] == "true").count(), 1, "one leader per group");
         }
         let mut got: Vec<u64> = rows
@@ -126,7 +151,7 @@ fn a_replica_group_of_2_receives_byte_identical_batches() {
         got.sort_unstable();
         let mut want = sampler.global_batch(step, GLOBAL_BATCH);
         want.sort_unstable();
-        assert_eq!(got, want, "step {step}: the leaders hold the global batch exactly once");
+        assert_eq!(got, want, "{what} step {step}: the leaders hold the global batch exactly once");
     }
     // Every rank's samples carry their metadata, the followers' (looked up in their own index)
     // equal to their leader's (the hash above covers it).

@@ -200,7 +200,9 @@ typedef struct dh_accelerator {
  * What the loader measured on this rank, over the delivered steps from `warmup` on.
  * A step's wait is the time `dh_loader_next` blocked; a step is a miss when it waited more
  * than 1 ms (`miss_rate`) or 10 ms (`miss_rate_10ms`); a step ends when it is reported with
- * `dh_loader_report_step` (or, if never reported, when the next one is asked for).
+ * `dh_loader_report_step` (or, if never reported, when the next one is asked for). On the ranks
+ * of a replica group (`replica_ranks`) that receive their batch from its first rank, the wait
+ * includes that transfer and the loader's own counters (`rebalances_*`, `late_steps`) are 0.
  *
  * The struct grows at its end between versions: set `struct_size = sizeof(dh_metrics)` before
  * calling `dh_loader_metrics`, which writes only the fields that fit in both the caller's and
@@ -372,7 +374,11 @@ dh_result dh_config_from_file(const char *path, struct dh_config **config_out);
  * `check_plan` (`true`/`false`), `split_above_s` (placement policies: decode every sample
  * predicted longer than this many seconds in pieces), `plan_group_ranks` (place decode work
  * within groups of this many consecutive ranks, each rank planning only its own; default 0:
- * automatic, groups only from 1024 ranks), `late_pieces` (`true`/`false`, default `false`: in
+ * automatic, groups only from 1024 ranks), `replica_ranks` (groups of this many consecutive
+ * ranks — a tensor-parallel group — receive the same batch, byte for byte: only each group's
+ * first rank decodes, as one rank of the data-parallel world of those first ranks, and sends
+ * the batch to the rest of its group; the world size must be a multiple; default 1: none),
+ * `late_pieces` (`true`/`false`, default `false`: in
  * a step where some rank must wait whatever the schedule — the CPUs cannot keep up, or decode
  * chains outlast the deadline — the last ranks (of each planning group) wait for their input
  * and the pieces others decoded for them cross from their next call — only where every rank calls

@@ -19,11 +19,15 @@
 //!
 //! A follower's batch arrives in one broadcast of its group (a header, then the tensors);
 //! everything in it is checked before use. An error on the leader reaches its followers as an
-//! error naming it instead of a hang.
+//! error naming it instead of a hang. Every rank can say where the run stands
+//! ([`ReplicaLoader::state`]: the leader's state, sent to its followers when the group opens and
+//! advanced with each batch), and a run resumes from it ([`ReplicaLoader::resume`]) with the
+//! same or another world size and group size.
 
 use std::time::Instant;
 
 use super::loader::{Accelerator, Batch, ExecError, Loader, LoaderConfig, Sample, TensorData, WorldRef};
+use super::state::{DatasetId, LoaderState};
 use crate::collective::Collective;
 use crate::comm::mpi::{InitError, MpiWorld};
 
@@ -33,12 +37,16 @@ const HEAD: usize = 48;
 const ENTRY: usize = 56;
 /// The length a leader broadcasts instead of a batch when it failed.
 const FAILED: u64 = u64::MAX;
+/// The longest loader state a follower accepts from its leader (a state is ~500 bytes).
+const MAX_STATE_BYTES: u64 = 64 << 10;
 
 /// One rank of a replica group: the loader on its leader, a receiver elsewhere.
 pub struct ReplicaLoader<'w> {
     leader: Option<Loader<'w>>,
     /// A follower's index and lookup of its samples' metadata (the leader's loader has its own).
     meta: Option<(crate::index::Index, super::sample_meta::SampleMeta)>,
+    /// A follower's copy of its leader's state, as of the last batch received.
+    follower_state: Option<LoaderState>,
     group: WorldRef<'w>,
 }
 
@@ -157,6 +165,27 @@ impl<'w> ReplicaLoader<'w> {
         group: impl Into<WorldRef<'w>>,
         cfg: LoaderConfig,
     ) -> Result<ReplicaLoader<'w>, ExecError> {
+        ReplicaLoader::open(dp, group, cfg, None)
+    }
+
+    /// [`ReplicaLoader::new`] continuing from `state` (any rank's [`ReplicaLoader::state`], or a
+    /// [`Loader::state`]): the leaders resume their loader from it ([`Loader::resume`], which
+    /// checks it); the followers take where they stand from their leader.
+    pub fn resume(
+        dp: Option<impl Into<WorldRef<'w>>>,
+        group: impl Into<WorldRef<'w>>,
+        cfg: LoaderConfig,
+        state: &LoaderState,
+    ) -> Result<ReplicaLoader<'w>, ExecError> {
+        ReplicaLoader::open(dp, group, cfg, Some(state))
+    }
+
+    fn open(
+        dp: Option<impl Into<WorldRef<'w>>>,
+        group: impl Into<WorldRef<'w>>,
+        cfg: LoaderConfig,
+        resume: Option<&LoaderState>,
+    ) -> Result<ReplicaLoader<'w>, ExecError> {
         let group = group.into();
         let leads = group.get().rank() == 0;
         // A follower reads its samples' metadata from its own copy of the index; without one
@@ -169,7 +198,10 @@ impl<'w> ReplicaLoader<'w> {
                 (index, meta)
             });
         let leader = match (leads, dp) {
-            (true, Some(dp)) => Some(Loader::new(dp, cfg)),
+            (true, Some(dp)) => Some(match resume {
+                Some(state) => Loader::resume(dp, cfg, state),
+                None => Loader::new(dp, cfg),
+            }),
             (false, None) => None,
             (true, None) => Some(Err(ExecError::Invalid(
                 "the replica group's rank 0 needs the data-parallel world".into(),
@@ -189,7 +221,19 @@ impl<'w> ReplicaLoader<'w> {
                 "rank {r} of this replica group could not open its loader (its error says why)"
             )));
         }
-        Ok(ReplicaLoader { leader, meta, group })
+        let follower_state = share_state(group.get(), leader.as_ref().map(Loader::state))?;
+        Ok(ReplicaLoader { leader, meta, follower_state, group })
+    }
+
+    /// Where the run stands, the same on every rank of the group: the leader's
+    /// [`Loader::state`]; a follower's copy of it, advanced to the step after the last batch
+    /// it received. Not collective.
+    pub fn state(&self) -> LoaderState {
+        match (&self.leader, &self.follower_state) {
+            (Some(loader), _) => loader.state(),
+            (None, Some(state)) => state.clone(),
+            (None, None) => unreachable!("a follower keeps its leader's state from the start"),
+        }
     }
 
     /// True on the group's rank 0 (the rank that decodes).
@@ -239,6 +283,9 @@ impl<'w> ReplicaLoader<'w> {
                 if let Some((index, meta)) = &self.meta {
                     meta.fill(index, &mut batch.samples);
                 }
+                if let Some(state) = &mut self.follower_state {
+                    *state = advanced(state, batch.step.saturating_add(1));
+                }
                 Ok(batch)
             }
         }
@@ -264,16 +311,59 @@ impl<'w> ReplicaLoader<'w> {
     pub fn train_step(&mut self, accel: &mut dyn Accelerator) -> Result<Batch, ExecError> {
         let batch = self.next_batch()?;
         let launched = super::loader::launch(accel, &batch)?;
-        match &mut self.leader {
-            Some(loader) => loader.finish_step(accel, launched)?,
-            None => {
-                accel.wait().map_err(|e| {
-                    ExecError::Invalid(format!("the accelerator's step {} failed: {e}", batch.step))
-                })?;
-            }
-        }
+        self.finish_step(accel, launched)?;
         Ok(batch)
     }
+
+    /// The rest of a step launched at `launched` on the batch delivered last: on the leader
+    /// [`Loader::finish_step`] (plan, ship, wait, report); elsewhere the wait.
+    pub fn finish_step(&mut self, accel: &mut dyn Accelerator, launched: Instant) -> Result<(), ExecError> {
+        match &mut self.leader {
+            Some(loader) => loader.finish_step(accel, launched),
+            None => accel.wait().map(|_| ()).map_err(|e| {
+                let step = self.follower_state.as_ref().map_or(0, |s| s.next_step.saturating_sub(1));
+                ExecError::Invalid(format!("the accelerator's step {step} failed: {e}"))
+            }),
+        }
+    }
+}
+
+/// Sends the leader's loader state (`Some` exactly there) to its followers, which check it and
+/// keep it: `None` on the leader, the state elsewhere. Collective over `group`.
+fn share_state(group: &dyn Collective, mine: Option<LoaderState>) -> Result<Option<LoaderState>, ExecError> {
+    let leads = mine.is_some();
+    let mut wire = mine.map(|s| s.to_json().into_bytes()).unwrap_or_default();
+    let mut len = (wire.len() as u64).to_le_bytes();
+    group.broadcast(0, &mut len)?;
+    if leads {
+        group.broadcast(0, &mut wire)?;
+        return Ok(None);
+    }
+    let len = u64::from_le_bytes(len);
+    if len == 0 || len > MAX_STATE_BYTES {
+        // Not joined: the leader's broadcast ends at the collective watchdog, if not before.
+        return Err(ExecError::Invalid(format!(
+            "the replica group's rank 0 announced a loader state of {len} bytes (at most {MAX_STATE_BYTES})"
+        )));
+    }
+    let mut wire = vec![0u8; len as usize];
+    group.broadcast(0, &mut wire)?;
+    let text = String::from_utf8(wire).map_err(|_| {
+        ExecError::Invalid("the replica group's rank 0 sent a loader state that is not UTF-8".into())
+    })?;
+    LoaderState::from_json(&text)
+        .map(Some)
+        .map_err(|e| ExecError::Invalid(format!("the replica group's rank 0 sent a bad loader state: {e}")))
+}
+
+/// `state` moved on to `next_step`.
+fn advanced(state: &LoaderState, next_step: u64) -> LoaderState {
+    let dataset = DatasetId {
+        samples: state.samples,
+        manifest_sha256: state.manifest_sha256.clone(),
+        index_sha256: state.index_sha256.clone(),
+    };
+    LoaderState::new(state.seed, next_step, &state.policy, state.global_batch, dataset)
 }
 
 #[cfg(test)]
@@ -309,6 +399,19 @@ mod tests {
             assert_eq!((x.id, x.shape, x.tokens), (y.id, y.shape, y.tokens));
             assert_eq!(&*x.data, &*y.data);
         }
+    }
+
+    /// A follower's state moves on with each batch and stays a document the loader accepts.
+    #[test]
+    fn a_followers_state_advances_and_stays_valid() {
+        let dataset =
+            DatasetId { samples: 96, manifest_sha256: "ab".repeat(32), index_sha256: "cd".repeat(32) };
+        let start = LoaderState::new(7, 3, "helix", 16, dataset.clone());
+        let later = advanced(&start, 10);
+        assert_eq!(later, LoaderState::new(7, 10, "helix", 16, dataset.clone()));
+        assert_eq!((later.next_step, later.epoch), (10, 1), "160 positions into 96 samples: epoch 1");
+        assert_eq!(LoaderState::from_json(&later.to_json()).unwrap(), later);
+        assert!(later.check_against(7, 16, &dataset).is_ok());
     }
 
     #[test]

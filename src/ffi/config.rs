@@ -19,6 +19,8 @@ pub struct dh_config {
     pub(crate) warmup: u64,
     /// The state to continue from (`resume` / `resume_file`).
     pub(crate) resume: Option<LoaderState>,
+    /// Ranks per replica group (`replica_ranks`; 1: none).
+    pub(crate) replica_ranks: usize,
 }
 
 /// The keys of `dh_config_set` and of configuration files.
@@ -39,6 +41,7 @@ pub(crate) const KEYS: &[&str] = &[
     "check_plan",
     "split_above_s",
     "plan_group_ranks",
+    "replica_ranks",
     "late_pieces",
     "transfer_model",
     "max_frames",
@@ -82,7 +85,13 @@ impl dh_config {
     pub(crate) fn defaults() -> Result<dh_config, Error> {
         let comm = comm::Config::from_env()
             .map_err(|e| Error::new(dh_result::DH_INVALID_PARAMETER, e.to_string()))?;
-        Ok(dh_config { loader: LoaderConfig::new(PathBuf::new()), comm, warmup: 0, resume: None })
+        Ok(dh_config {
+            loader: LoaderConfig::new(PathBuf::new()),
+            comm,
+            warmup: 0,
+            resume: None,
+            replica_ranks: 1,
+        })
     }
 
     /// The defaults of [`dh_config_new`], for Rust bindings.
@@ -139,6 +148,13 @@ impl dh_config {
             }
             "plan_group_ranks" => {
                 l.plan_group_ranks = num(key, value, "expected ranks per planning group (0: automatic)")?
+            }
+            "replica_ranks" => {
+                let n: usize = num(key, value, "expected ranks per replica group (1: none)")?;
+                if n == 0 {
+                    return Err(invalid(key, value, "expected at least 1 rank per replica group (1: none)"));
+                }
+                self.replica_ranks = n;
             }
             "max_frames" => l.params.max_frames = num(key, value, "expected a positive integer")?,
             "max_pixels" => l.params.max_pixels = num(key, value, "expected a positive integer")?,
@@ -264,7 +280,11 @@ pub extern "C" fn dh_config_from_file(path: *const c_char, config_out: *mut *mut
 /// `check_plan` (`true`/`false`), `split_above_s` (placement policies: decode every sample
 /// predicted longer than this many seconds in pieces), `plan_group_ranks` (place decode work
 /// within groups of this many consecutive ranks, each rank planning only its own; default 0:
-/// automatic, groups only from 1024 ranks), `late_pieces` (`true`/`false`, default `false`: in
+/// automatic, groups only from 1024 ranks), `replica_ranks` (groups of this many consecutive
+/// ranks — a tensor-parallel group — receive the same batch, byte for byte: only each group's
+/// first rank decodes, as one rank of the data-parallel world of those first ranks, and sends
+/// the batch to the rest of its group; the world size must be a multiple; default 1: none),
+/// `late_pieces` (`true`/`false`, default `false`: in
 /// a step where some rank must wait whatever the schedule — the CPUs cannot keep up, or decode
 /// chains outlast the deadline — the last ranks (of each planning group) wait for their input
 /// and the pieces others decoded for them cross from their next call — only where every rank calls

@@ -1,7 +1,9 @@
 //! `dh_loader` (one rank's loader, owning its world) and `dh_batch` (one step's samples).
 //!
 //! Ownership: the handle owns a [`crate::exec::loader::Loader`], which owns its world (and drops
-//! its decode workers before it). The step sequence is the loader's own ([`Loader::train_step`],
+//! its decode workers before it), or with `replica_ranks` its rank's part of a replica group
+//! ([`super::driver`]). The step sequence is the loader's own
+//! ([`crate::exec::loader::Loader::train_step`],
 //! `dh_loader_step`); the functions here only check arguments, map errors and keep metrics.
 
 use std::ffi::{c_char, c_void};
@@ -9,12 +11,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::config::dh_config;
+use super::driver::Driver;
 use super::{dh_result, ffi_boundary, Error};
 use crate::collective::ReduceOp;
 use crate::comm::mpi::raw::RawComm;
 use crate::comm::mpi::{CallerComm, MpiWorld};
 use crate::comm::{self, World};
-use crate::exec::loader::{Accelerator, Batch, Counters, ExecError, Loader};
+use crate::exec::loader::{Accelerator, Batch, Counters, ExecError};
 use crate::metrics::{summarize, RankStep, RunShape};
 
 /// `dh_tensor.dtype`: unsigned 8-bit integers (packed RGB24 frames).
@@ -48,7 +51,9 @@ pub struct dh_tensor {
 /// What the loader measured on this rank, over the delivered steps from `warmup` on.
 /// A step's wait is the time `dh_loader_next` blocked; a step is a miss when it waited more
 /// than 1 ms (`miss_rate`) or 10 ms (`miss_rate_10ms`); a step ends when it is reported with
-/// `dh_loader_report_step` (or, if never reported, when the next one is asked for).
+/// `dh_loader_report_step` (or, if never reported, when the next one is asked for). On the ranks
+/// of a replica group (`replica_ranks`) that receive their batch from its first rank, the wait
+/// includes that transfer and the loader's own counters (`rebalances_*`, `late_steps`) are 0.
 ///
 /// The struct grows at its end between versions: set `struct_size = sizeof(dh_metrics)` before
 /// calling `dh_loader_metrics`, which writes only the fields that fit in both the caller's and
@@ -107,7 +112,7 @@ pub struct dh_batch {
 }
 
 enum State {
-    Open(Box<Loader<'static>>),
+    Open(Driver),
     Failed(String),
     Closed,
 }
@@ -259,13 +264,10 @@ fn open_loader(config: &dh_config, comm: Option<CallerComm>) -> Result<dh_loader
     let mpi = matches!(world, World::Mpi(_));
     let (rank, size) = (world.collective().rank(), world.collective().size());
     let (cores, steps, lookahead) = (cfg.cores, cfg.steps, cfg.lookahead as u64);
-    let loader = match &config.resume {
-        Some(state) => Loader::resume(world, cfg, state),
-        None => Loader::new(world, cfg),
-    }
-    .map_err(exec_error)?;
+    let loader =
+        Driver::open(world, cfg, config.resume.as_ref(), config.replica_ranks).map_err(exec_error)?;
     Ok(dh_loader {
-        state: State::Open(Box::new(loader)),
+        state: State::Open(loader),
         rank,
         size,
         mpi,
@@ -344,7 +346,7 @@ impl dh_loader {
     }
 
     /// The open loader, or why there is none.
-    fn live(&mut self) -> Result<&mut Loader<'static>, Error> {
+    fn live(&mut self) -> Result<&mut Driver, Error> {
         match &mut self.state {
             State::Open(loader) => Ok(loader),
             State::Failed(why) => Err(Error::new(
@@ -499,10 +501,7 @@ impl dh_loader {
     }
 
     /// Runs one of the loader's collective steps; a failure fails the loader, as in `next`.
-    fn ahead(
-        &mut self,
-        work: impl FnOnce(&mut Loader<'static>) -> Result<(), ExecError>,
-    ) -> Result<(), Error> {
+    fn ahead(&mut self, work: impl FnOnce(&mut Driver) -> Result<(), ExecError>) -> Result<(), Error> {
         let result = work(self.live()?);
         if let Err(e) = result {
             let e = exec_error(e);

@@ -1,0 +1,131 @@
+//! What a `dh_loader` drives: this rank's [`Loader`], or its part of a replica group
+//! (`replica_ranks`: [`ReplicaLoader`], which owns the group's and the leaders' communicators,
+//! beside the job's whole world for the caller's `dh_loader_all_reduce_sum`).
+
+use std::time::Instant;
+
+use crate::collective::Collective;
+use crate::comm::World;
+use crate::exec::loader::{Accelerator, Batch, Counters, ExecError, Loader, LoaderConfig};
+use crate::exec::replica::ReplicaLoader;
+use crate::exec::state::LoaderState;
+
+pub(crate) enum Driver {
+    Plain(Box<Loader<'static>>),
+    /// Fields drop in order: the replica loader (its workers, then its communicators) before
+    /// the world it was split from.
+    Replica {
+        replica: Box<ReplicaLoader<'static>>,
+        world: World,
+    },
+}
+
+impl Driver {
+    /// Opens the loader on `world`, or on its replica groups of `replica_ranks` consecutive
+    /// ranks when more than 1 (MPI only). Collective over `world`.
+    pub(crate) fn open(
+        world: World,
+        cfg: LoaderConfig,
+        resume: Option<&LoaderState>,
+        replica_ranks: usize,
+    ) -> Result<Driver, ExecError> {
+        if replica_ranks <= 1 {
+            return match resume {
+                Some(state) => Loader::resume(world, cfg, state),
+                None => Loader::new(world, cfg),
+            }
+            .map(|loader| Driver::Plain(Box::new(loader)));
+        }
+        let World::Mpi(mpi) = &world else {
+            return Err(ExecError::Invalid(format!(
+                "replica groups of {replica_ranks} ranks need MPI: start the job with mpirun (or srun), \
+                 or set replica_ranks to 1"
+            )));
+        };
+        let (dp, group) = ReplicaLoader::split_world(mpi, replica_ranks)?;
+        let (dp, group) = (dp.map(World::Mpi), World::Mpi(group));
+        let replica = match resume {
+            Some(state) => ReplicaLoader::resume(dp, group, cfg, state),
+            None => ReplicaLoader::new(dp, group, cfg),
+        }?;
+        Ok(Driver::Replica { replica: Box::new(replica), world })
+    }
+
+    /// The loader that decodes on this rank: `None` on a replica group's other ranks.
+    fn own(&self) -> Option<&Loader<'static>> {
+        match self {
+            Driver::Plain(loader) => Some(loader),
+            Driver::Replica { replica, .. } => replica.loader(),
+        }
+    }
+
+    pub(crate) fn next_batch(&mut self) -> Result<Batch, ExecError> {
+        match self {
+            Driver::Plain(loader) => loader.next_batch(),
+            Driver::Replica { replica, .. } => replica.next_batch(),
+        }
+    }
+
+    pub(crate) fn prepare_ahead(&mut self) -> Result<(), ExecError> {
+        match self {
+            Driver::Plain(loader) => loader.prepare_ahead(),
+            Driver::Replica { replica, .. } => replica.prepare_ahead(),
+        }
+    }
+
+    pub(crate) fn ship_ahead(&mut self, step_end: Instant) -> Result<(), ExecError> {
+        match self {
+            Driver::Plain(loader) => loader.ship_ahead(step_end),
+            Driver::Replica { replica, .. } => replica.ship_ahead(step_end),
+        }
+    }
+
+    pub(crate) fn report_step(&mut self, accel_s: f64) -> Result<(), ExecError> {
+        match self {
+            Driver::Plain(loader) => loader.report_step(accel_s),
+            Driver::Replica { replica, .. } => replica.report_step(accel_s),
+        }
+    }
+
+    pub(crate) fn finish_step(
+        &mut self,
+        accel: &mut dyn Accelerator,
+        launched: Instant,
+    ) -> Result<(), ExecError> {
+        match self {
+            Driver::Plain(loader) => loader.finish_step(accel, launched),
+            Driver::Replica { replica, .. } => replica.finish_step(accel, launched),
+        }
+    }
+
+    /// Where the run stands (the same on every rank of a replica group).
+    pub(crate) fn state(&self) -> LoaderState {
+        match self {
+            Driver::Plain(loader) => loader.state(),
+            Driver::Replica { replica, .. } => replica.state(),
+        }
+    }
+
+    /// Every rank of the job (not only the leaders of replica groups).
+    pub(crate) fn world(&self) -> &dyn Collective {
+        match self {
+            Driver::Plain(loader) => loader.world(),
+            Driver::Replica { world, .. } => world.collective(),
+        }
+    }
+
+    /// This rank's rebalance counters (zero where it does not decode).
+    pub(crate) fn counters(&self) -> Counters {
+        self.own().map(Loader::counters).unwrap_or_default()
+    }
+
+    /// Steps planned with late ranks so far (zero where this rank does not decode).
+    pub(crate) fn late_steps(&self) -> u64 {
+        self.own().map_or(0, Loader::late_steps)
+    }
+
+    /// Bytes charged to this rank's decode budget (zero where it does not decode).
+    pub(crate) fn charged_bytes(&self) -> usize {
+        self.own().map_or(0, Loader::charged_bytes)
+    }
+}
