@@ -27,13 +27,22 @@ fn target_dir() -> PathBuf {
     exe.parent().and_then(Path::parent).unwrap().to_path_buf()
 }
 
-fn mpirun(program: &Path, policy: &str) -> String {
+/// Runs `program` under `mpirun -np 4` on the dataset (one job at a time), with `env` beside
+/// a 90-s collective watchdog.
+fn mpirun_with(program: &Path, policy: &str, env: &[(&str, &str)]) -> std::process::Output {
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let mut cmd = Command::new("mpirun");
-    common::mpi_env(&mut cmd).args(["-np", "4"]).env("DATAHELIX_COLLECTIVE_TIMEOUT", "90");
+    common::mpi_env(&mut cmd)
+        .args(["-np", "4"])
+        .env("DATAHELIX_COLLECTIVE_TIMEOUT", "90")
+        .envs(env.iter().copied());
     cmd.arg(program).arg(dataset()).args([policy, &STEPS.to_string(), &GLOBAL_BATCH.to_string()]);
-    let o = common::run_limited(&mut cmd, Duration::from_secs(300));
+    common::run_limited(&mut cmd, Duration::from_secs(300))
+}
+
+fn mpirun(program: &Path, policy: &str) -> String {
+    let o = mpirun_with(program, policy, &[]);
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(
         o.status.success(),
@@ -119,6 +128,28 @@ fn a_c_program_sets_replica_ranks_and_resumes_from_a_followers_state() {
         out.lines().filter(|l| l.starts_with("state ")).filter_map(|l| l.split(' ').nth(2)).collect();
     assert_eq!(states.len(), 4, "one state per rank in\n{out}");
     assert!(states.iter().all(|s| *s == states[0]), "leaders' and followers' states differ: {states:?}");
+}
+
+/// A leader that announces a 2^50-byte batch (`DATAHELIX_FAULT=replica-oversized@0`, debug
+/// builds) is refused by its follower before anything is allocated, and the job ends in
+/// seconds with the follower's error (the leader is left in its broadcast until the watchdog).
+#[test]
+fn a_followers_leader_announcing_a_huge_batch_is_refused_before_allocating() {
+    if !cfg!(debug_assertions) {
+        eprintln!("SKIPPED: fault injection is compiled into debug builds only");
+        return;
+    }
+    let example = target_dir().join("examples/replicas");
+    assert!(example.exists(), "{} not built (cargo test builds examples)", example.display());
+    let started = std::time::Instant::now();
+    let env = [("DATAHELIX_FAULT", "replica-oversized@0"), ("DATAHELIX_COLLECTIVE_TIMEOUT", "10")];
+    let o = mpirun_with(&example, "helix", &env);
+    let took = started.elapsed();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(!o.status.success(), "the job finished as if nothing were wrong:\n{text}");
+    assert!(text.contains("announced a batch of 1125899906842624 bytes"), "no refusal in:\n{text}");
+    assert!(took < Duration::from_secs(90), "took {took:?}");
+    eprintln!("refused in {took:.1?}");
 }
 
 /// Pairs of ranks (`batch STEP RANK GROUP LEADS HASH ids` lines) hold byte-identical batches,

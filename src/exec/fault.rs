@@ -5,7 +5,9 @@
 //! - `shape`: `[F, H, W, 3]` announced as `[F, H·W, 1, 3]` (the same bytes, another shape);
 //! - `oversized`: the header announces 2⁵⁰ uncompressed bytes, zstd-compressed;
 //! - `truncated`: the header announces more payload than the message holds;
-//! - `stale`: the header names an earlier step.
+//! - `stale`: the header names an earlier step;
+//! - `replica-oversized` ([`replica_oversized`]): a replica group's leader announces its batch
+//!   to its group as 2⁵⁰ bytes.
 //!
 //! `tests/peer_faults.rs` checks that each one ends the job on every rank with an error naming
 //! the rank, the step and what was wrong, without a huge allocation or a hang. Release builds
@@ -45,6 +47,26 @@ pub(crate) fn injected(rank: usize) -> Option<Fault> {
     {
         let _ = rank;
         None
+    }
+}
+
+/// Whether this rank, the leader of a replica group, announces its next batch to its group as
+/// 2⁵⁰ bytes (`DATAHELIX_FAULT=replica-oversized@RANK`, RANK in the leaders' world), once per
+/// process: its followers must refuse the length before allocating (`tests/own_comm.rs`).
+pub(crate) fn replica_oversized(rank: usize) -> bool {
+    #[cfg(debug_assertions)]
+    {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        static FIRED: AtomicBool = AtomicBool::new(false);
+        let Ok(spec) = std::env::var("DATAHELIX_FAULT") else { return false };
+        spec.split_once('@')
+            .is_some_and(|(kind, at)| kind == "replica-oversized" && at.parse::<usize>().ok() == Some(rank))
+            && !FIRED.swap(true, Ordering::SeqCst)
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = rank;
+        false
     }
 }
 

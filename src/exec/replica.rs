@@ -47,6 +47,8 @@ pub struct ReplicaLoader<'w> {
     meta: Option<(crate::index::Index, super::sample_meta::SampleMeta)>,
     /// A follower's copy of its leader's state, as of the last batch received.
     follower_state: Option<LoaderState>,
+    /// The most bytes a batch from the leader may announce ([`batch_bound`]).
+    max_batch_bytes: u64,
     group: WorldRef<'w>,
 }
 
@@ -188,6 +190,7 @@ impl<'w> ReplicaLoader<'w> {
     ) -> Result<ReplicaLoader<'w>, ExecError> {
         let group = group.into();
         let leads = group.get().rank() == 0;
+        let max_batch_bytes = batch_bound(&cfg);
         // A follower reads its samples' metadata from its own copy of the index; without one
         // its batches still arrive, their metadata empty.
         let meta = (!leads)
@@ -222,7 +225,7 @@ impl<'w> ReplicaLoader<'w> {
             )));
         }
         let follower_state = share_state(group.get(), leader.as_ref().map(Loader::state))?;
-        Ok(ReplicaLoader { leader, meta, follower_state, group })
+        Ok(ReplicaLoader { leader, meta, follower_state, max_batch_bytes, group })
     }
 
     /// Where the run stands, the same on every rank of the group: the leader's
@@ -259,7 +262,11 @@ impl<'w> ReplicaLoader<'w> {
             Some(loader) => {
                 let got = loader.next_batch();
                 let wire = got.as_ref().map(encode);
-                let mut len = wire.as_ref().map_or(FAILED, |w| w.len() as u64).to_le_bytes();
+                let mut len = wire.as_ref().map_or(FAILED, |w| w.len() as u64);
+                if super::fault::replica_oversized(loader.world().rank()) {
+                    len = 1 << 50;
+                }
+                let mut len = len.to_le_bytes();
                 g.broadcast(0, &mut len)?;
                 if let Ok(mut wire) = wire {
                     g.broadcast(0, &mut wire)?;
@@ -275,6 +282,24 @@ impl<'w> ReplicaLoader<'w> {
                         "the replica group's rank 0 failed to load the batch (its error says why)".into(),
                     ));
                 }
+                if len > self.max_batch_bytes {
+                    // Not joined: the leader's broadcast ends at the collective watchdog, or when
+                    // the launcher ends the job on this rank's error.
+                    self.abandon_group();
+                    let why = format!(
+                        "the replica group's rank 0 announced a batch of {len} bytes, more than a batch of \
+                         this run can hold ({} bytes: the global batch at the largest tensor of max_frames \
+                         and max_pixels); is every rank of the group running the same build and settings?",
+                        self.max_batch_bytes
+                    );
+                    // Said now: the job ends without this group (its leader is left in the
+                    // broadcast), possibly before the caller gets to print the error.
+                    crate::comm::say_whole(&format!(
+                        "datahelix: rank {} of a replica group: {why}",
+                        g.rank()
+                    ));
+                    return Err(ExecError::Invalid(why));
+                }
                 let len = usize::try_from(len)
                     .map_err(|_| ExecError::Invalid(format!("the group leader announced {len} bytes")))?;
                 let mut wire = vec![0u8; len];
@@ -287,6 +312,17 @@ impl<'w> ReplicaLoader<'w> {
                     *state = advanced(state, batch.step.saturating_add(1));
                 }
                 Ok(batch)
+            }
+        }
+    }
+
+    /// The group no longer agrees on what comes next (its leader announced what cannot be
+    /// received): the group's world, when owned here, skips its closing barrier, which would
+    /// meet the broadcast the leader is still in.
+    fn abandon_group(&self) {
+        if let WorldRef::Owned(world) = &self.group {
+            if let crate::comm::World::Mpi(mpi) = world.as_ref() {
+                mpi.abandon();
             }
         }
     }
@@ -326,6 +362,18 @@ impl<'w> ReplicaLoader<'w> {
             }),
         }
     }
+}
+
+/// The most bytes a batch may take on the wire: every sample of the global batch at the run's
+/// largest tensor (`max_frames` frames of `max_pixels`, or of the smallest 28 × 28 picture,
+/// RGB) with its frame times, entry and a skipped id. A follower refuses a larger announcement
+/// before it allocates anything.
+fn batch_bound(cfg: &LoaderConfig) -> u64 {
+    let samples = cfg.global_batch as u128;
+    let frames = cfg.params.max_frames.max(1) as u128;
+    let pixels = cfg.params.max_pixels.max(28 * 28) as u128;
+    let per_sample = ENTRY as u128 + 8 + frames * (pixels * 3 + 8);
+    (HEAD as u128 + samples * per_sample).min(FAILED as u128 - 1) as u64
 }
 
 /// Sends the leader's loader state (`Some` exactly there) to its followers, which check it and
@@ -399,6 +447,34 @@ mod tests {
             assert_eq!((x.id, x.shape, x.tokens), (y.id, y.shape, y.tokens));
             assert_eq!(&*x.data, &*y.data);
         }
+    }
+
+    /// The bound is a full batch at the largest tensor, with room for a skipped id a sample.
+    #[test]
+    fn the_batch_bound_holds_a_full_batch_of_the_largest_tensors() {
+        let mut cfg = LoaderConfig::new("unused".into());
+        cfg.global_batch = 3;
+        cfg.params.max_frames = 2;
+        cfg.params.max_pixels = 28 * 56;
+        let full = |id| Sample {
+            id,
+            shape: [2, 28, 56, 3],
+            tokens: 1,
+            data: TensorData::Owned(vec![1; 2 * 28 * 56 * 3]),
+            timestamps_s: vec![0.0, 0.5],
+            meta: String::new(),
+        };
+        let b = Batch {
+            step: 0,
+            samples: (0..3).map(full).collect(),
+            skipped: vec![],
+            input_wait_s: 0.0,
+            decode_cpu_s: 0.0,
+            bytes_in: 0,
+        };
+        assert_eq!(batch_bound(&cfg), encode(&b).len() as u64 + 3 * 8);
+        cfg.params.max_pixels = 10; // below the smallest picture: 28 x 28 counts
+        assert_eq!(batch_bound(&cfg), (HEAD + 3 * (ENTRY + 8 + 2 * (784 * 3 + 8))) as u64);
     }
 
     /// A follower's state moves on with each batch and stays a document the loader accepts.

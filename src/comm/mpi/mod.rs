@@ -196,6 +196,14 @@ impl MpiWorld {
         &self.data
     }
 
+    /// Gives up on this world without its closing barrier: the ranks no longer agree on what
+    /// comes next (a peer broke the protocol, and another rank may still be inside a collective
+    /// that this one will not join), so a barrier at drop would meet that collective instead
+    /// and MPI would end the job on a truncated message before the caller could say why.
+    pub fn abandon(&self) {
+        self.closed.set(true);
+    }
+
     /// Runs the closing barrier now and reports its failure, instead of at drop.
     pub fn close(self) -> Result<()> {
         self.closed.set(true);
