@@ -290,6 +290,17 @@ fn c_programs_are_valgrind_clean() {
     );
     let out = check("misuse under valgrind", &o);
     assert!(out.contains("ok 0") && out.contains("ok 1"), "{out}");
+
+    // A replica pair (`replica_ranks` = 2): the follower's batches are its own copies of what
+    // the leader broadcast, and both continue half-way from the follower's state.
+    let replicas = work_dir().join("replicas");
+    common::compile_c("mpicc", &common::repo().join("csrc/tests/replicas.c"), &lib_dir(), &replicas);
+    let o = common::run_limited(
+        valgrind(&mut mpirun(2)).arg(&replicas).arg(&data).args(["helix", "4", "4"]),
+        std::time::Duration::from_secs(600),
+    );
+    let out = check("replicas under valgrind", &o);
+    assert!(out.contains("ok 0") && out.contains("ok 1"), "{out}");
 }
 
 /// A Python interpreter with numpy: `python3`, else Debian's.
