@@ -224,7 +224,7 @@ impl<'w> ReplicaLoader<'w> {
                 "rank {r} of this replica group could not open its loader (its error says why)"
             )));
         }
-        let follower_state = share_state(group.get(), leader.as_ref().map(Loader::state))?;
+        let follower_state = share_state(&group, leader.as_ref().map(Loader::state))?;
         Ok(ReplicaLoader { leader, meta, follower_state, max_batch_bytes, group })
     }
 
@@ -285,26 +285,23 @@ impl<'w> ReplicaLoader<'w> {
                 if len > self.max_batch_bytes {
                     // Not joined: the leader's broadcast ends at the collective watchdog, or when
                     // the launcher ends the job on this rank's error.
-                    self.abandon_group();
-                    let why = format!(
-                        "the replica group's rank 0 announced a batch of {len} bytes, more than a batch of \
-                         this run can hold ({} bytes: the global batch at the largest tensor of max_frames \
-                         and max_pixels); is every rank of the group running the same build and settings?",
-                        self.max_batch_bytes
-                    );
-                    // Said now: the job ends without this group (its leader is left in the
-                    // broadcast), possibly before the caller gets to print the error.
-                    crate::comm::say_whole(&format!(
-                        "datahelix: rank {} of a replica group: {why}",
-                        g.rank()
+                    return Err(refuse(
+                        &self.group,
+                        format!(
+                            "the replica group's rank 0 announced a batch of {len} bytes, more than a batch \
+                             of this run can hold ({} bytes: the global batch at the largest tensor of \
+                             max_frames and max_pixels); is every rank of the group running the same build \
+                             and settings?",
+                            self.max_batch_bytes
+                        ),
                     ));
-                    return Err(ExecError::Invalid(why));
                 }
-                let len = usize::try_from(len)
-                    .map_err(|_| ExecError::Invalid(format!("the group leader announced {len} bytes")))?;
+                let len = usize::try_from(len).map_err(|_| {
+                    refuse(&self.group, format!("the replica group's rank 0 announced {len} bytes"))
+                })?;
                 let mut wire = vec![0u8; len];
                 g.broadcast(0, &mut wire)?;
-                let mut batch = decode(&wire).map_err(ExecError::Invalid)?;
+                let mut batch = decode(&wire).map_err(|why| refuse(&self.group, why))?;
                 if let Some((index, meta)) = &self.meta {
                     meta.fill(index, &mut batch.samples);
                 }
@@ -312,17 +309,6 @@ impl<'w> ReplicaLoader<'w> {
                     *state = advanced(state, batch.step.saturating_add(1));
                 }
                 Ok(batch)
-            }
-        }
-    }
-
-    /// The group no longer agrees on what comes next (its leader announced what cannot be
-    /// received): the group's world, when owned here, skips its closing barrier, which would
-    /// meet the broadcast the leader is still in.
-    fn abandon_group(&self) {
-        if let WorldRef::Owned(world) = &self.group {
-            if let crate::comm::World::Mpi(mpi) = world.as_ref() {
-                mpi.abandon();
             }
         }
     }
@@ -376,9 +362,25 @@ fn batch_bound(cfg: &LoaderConfig) -> u64 {
     (HEAD as u128 + samples * per_sample).min(FAILED as u128 - 1) as u64
 }
 
+/// A follower's refusal of what its leader sent: the group no longer agrees on what comes next
+/// (the leader goes on, or is left inside a broadcast this rank will not join). The group's
+/// world, when owned here, skips its closing barrier, which would meet the leader's next
+/// collective and end the job on a truncated message; and the reason is said at once, since
+/// the job may end before the caller prints the error.
+fn refuse(group: &WorldRef<'_>, why: String) -> ExecError {
+    if let WorldRef::Owned(world) = group {
+        if let crate::comm::World::Mpi(mpi) = world.as_ref() {
+            mpi.abandon();
+        }
+    }
+    crate::comm::say_whole(&format!("datahelix: rank {} of a replica group: {why}", group.get().rank()));
+    ExecError::Invalid(why)
+}
+
 /// Sends the leader's loader state (`Some` exactly there) to its followers, which check it and
 /// keep it: `None` on the leader, the state elsewhere. Collective over `group`.
-fn share_state(group: &dyn Collective, mine: Option<LoaderState>) -> Result<Option<LoaderState>, ExecError> {
+fn share_state(world: &WorldRef<'_>, mine: Option<LoaderState>) -> Result<Option<LoaderState>, ExecError> {
+    let group = world.get();
     let leads = mine.is_some();
     let mut wire = mine.map(|s| s.to_json().into_bytes()).unwrap_or_default();
     let mut len = (wire.len() as u64).to_le_bytes();
@@ -390,18 +392,19 @@ fn share_state(group: &dyn Collective, mine: Option<LoaderState>) -> Result<Opti
     let len = u64::from_le_bytes(len);
     if len == 0 || len > MAX_STATE_BYTES {
         // Not joined: the leader's broadcast ends at the collective watchdog, if not before.
-        return Err(ExecError::Invalid(format!(
-            "the replica group's rank 0 announced a loader state of {len} bytes (at most {MAX_STATE_BYTES})"
-        )));
+        return Err(refuse(
+            world,
+            format!("the replica group's rank 0 announced a loader state of {len} bytes (at most {MAX_STATE_BYTES})"),
+        ));
     }
     let mut wire = vec![0u8; len as usize];
     group.broadcast(0, &mut wire)?;
     let text = String::from_utf8(wire).map_err(|_| {
-        ExecError::Invalid("the replica group's rank 0 sent a loader state that is not UTF-8".into())
+        refuse(world, "the replica group's rank 0 sent a loader state that is not UTF-8".into())
     })?;
     LoaderState::from_json(&text)
         .map(Some)
-        .map_err(|e| ExecError::Invalid(format!("the replica group's rank 0 sent a bad loader state: {e}")))
+        .map_err(|e| refuse(world, format!("the replica group's rank 0 sent a bad loader state: {e}")))
 }
 
 /// `state` moved on to `next_step`.
