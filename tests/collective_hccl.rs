@@ -161,13 +161,37 @@ fn skipped_collective_ends_the_job() {
     assert_eq!(o.code, Some(datahelix::comm::EXIT_ABORTED), "{}", o.stderr);
     assert!(o.elapsed < Duration::from_secs(TIMEOUT_S + MARGIN_S), "took {:?}:\n{}", o.elapsed, o.stderr);
     assert!(o.elapsed >= Duration::from_secs(TIMEOUT_S), "aborted before the timeout: {:?}", o.elapsed);
-    // Ranks 0 and 2 wait in their last all-reduce, which rank 1 (one short) never joins.
+    // Ranks 0 and 2 wait in their last all-reduce, which rank 1 (one short) never joins: the
+    // watchdog asks it over the bootstrap MPI world, and it answers from its closing barrier.
+    assert!(o.stderr.contains("all_reduce #9 (step 9) (hccl) did not complete"), "{}", o.stderr);
+    assert!(o.stderr.contains("rank 1: NOT ARRIVED: it is in finalize barrier"), "{}", o.stderr);
+    assert!(o.stderr.contains("rank 0: arrived") || o.stderr.contains("rank 2: arrived"), "{}", o.stderr);
+}
+
+/// Before, an HCCL collective that timed out ended the job with HCCL's own error, naming no rank;
+/// now the ranks waiting in it poll and answer the watchdog, and a stopped rank is named.
+#[test]
+fn stopped_rank_is_named_by_the_others() {
+    let t = TIMEOUT_S.to_string();
+    let o = mpirun(
+        3,
+        &driver(),
+        &["stop", "--at", "4", "--backend", "hccl"],
+        &env(&[("DATAHELIX_COLLECTIVE_TIMEOUT", &t)]),
+        Duration::from_secs(TIMEOUT_S + 60),
+    );
+    assert!(!o.killed, "the job hung until the test killed it:\n{}", o.stderr);
+    assert_ne!(o.code, Some(0), "the job must fail:\n{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(TIMEOUT_S + MARGIN_S), "took {:?}:\n{}", o.elapsed, o.stderr);
+    assert!(o.stderr.contains("stopping myself"), "{}", o.stderr);
+    assert!(o.stderr.contains("all_reduce #4 (step 4) (hccl) did not complete"), "{}", o.stderr);
     assert!(
-        o.stderr.contains("all_reduce #9 (step 9) failed (hccl)")
-            && o.stderr.contains("ACL_ERROR_RT_STREAM_SYNC_TIMEOUT"),
-        "{}",
+        o.stderr.contains("rank 2: NOT ARRIVED: no answer within"),
+        "the stopped rank is not named:\n{}",
         o.stderr
     );
+    // The other waiting rank answered from inside the same HCCL collective.
+    assert!(o.stderr.contains("arrived (also waiting in it"), "{}", o.stderr);
 }
 
 #[test]

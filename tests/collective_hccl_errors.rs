@@ -1,5 +1,6 @@
 //! Error paths of the HCCL backend on the host-memory emulator, at 2 and 3 ranks: a wrong
-//! `destMax`, reading a receive buffer before the stream is synchronised (poison), a mismatched
+//! `destMax`, reading a receive buffer before the stream is synchronised (poison), a query that
+//! must not wait for late peers (`aclrtStreamQuery`), a mismatched
 //! all-to-all-v count (every rank gets the failure at synchronisation; through the `Collective`
 //! trait the job ends with a message naming the collective), and arguments HCCL rejects when called.
 //!
@@ -201,6 +202,37 @@ fn rank_checks() -> i32 {
             at += 4;
         }
     }
+
+    // 2b. A query does not wait: with its peers 300 ms late, rank 0's collective is not done when
+    //     first asked, goes on at each later query (the emulator keeps it queued, as a device
+    //     does) and delivers the same data as above.
+    if me != 0 {
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let mut recv3 = w.alloc(recv_elems as usize * 4).expect("alloc");
+    let lay = AllToAllVLayout { send_counts: &sc, send_displs: &sd, recv_counts: &rc, recv_displs: &rd };
+    match w.all_to_all_v_device_async(&send, &mut recv3, lay, DataType::U32) {
+        Ok(pending) => {
+            let first = pending.is_done();
+            if me == 0 {
+                c.expect(matches!(first, Ok(false)), || format!("first query with peers late: {first:?}"));
+            }
+            let t0 = std::time::Instant::now();
+            let mut queries = 1;
+            while !matches!(pending.is_done(), Ok(true) | Err(_)) && t0.elapsed() < Duration::from_secs(30) {
+                queries += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let r = pending.wait(Some(Duration::from_secs(30)));
+            c.expect(r.is_ok() && (me != 0 || queries > 1), || {
+                format!("late peers: wait {r:?} after {queries} queries")
+            });
+        }
+        Err(e) => c.expect(false, || format!("all_to_all_v_device_async (late peers): {e}")),
+    }
+    let mut got3 = vec![0u8; got.len()];
+    recv3.read(0, &mut got3).expect("D2H");
+    c.expect(got3 == got, || "late peers: the data differs from the on-time collective's".into());
 
     // 3. A mismatched count: rank 1 expects one element less from rank 0 than rank 0 sends. Every
     //    rank's synchronisation fails (the emulator detects it instead of corrupting memory).

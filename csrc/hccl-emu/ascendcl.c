@@ -1,7 +1,8 @@
 /*
  * libascendcl.so of the DataHelix HCCL/ACL emulator: the ACL runtime calls hccl-sys declares,
  * on host memory. "Device" memory is page-aligned host memory filled with DHEMU_POISON; streams are
- * FIFO task queues run by aclrtSynchronizeStream[WithTimeout]; aclrtMemcpy is synchronous and
+ * FIFO task queues run by aclrtSynchronizeStream[WithTimeout] and aclrtStreamQuery (a collective
+ * that cannot finish at once for a query stays queued and goes on at the next call); aclrtMemcpy is synchronous and
  * enforces destMax; errors are the real ACL codes. Single process; the multi-process part lives in
  * hccl.c. See docs/hccl.md for what is and is not modelled.
  */
@@ -337,22 +338,65 @@ DHEMU_API aclError aclrtDestroyStream(aclrtStream stream) {
     return DH_ACL_SUCCESS;
 }
 
-DHEMU_API aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout) {
-    if (timeout < -1) return DH_ACL_ERROR_INVALID_PARAM;
+/* Puts unfinished tasks back in front of the stream's queue (a stream destroyed meanwhile: drops them). */
+static void requeue(aclrtStream stream, struct task *q) {
+    struct task *last = q;
+    while (last->next) last = last->next;
+    pthread_mutex_lock(&g_lock);
+    struct stream *s = find_stream_locked(stream);
+    if (s) {
+        last->next = s->head;
+        s->head = q;
+        if (!s->tail) s->tail = last;
+        q = NULL;
+    }
+    pthread_mutex_unlock(&g_lock);
+    drop_all(q);
+}
+
+/* Runs the stream's tasks in order until one fails or cannot finish before deadline_ns: returns
+ * DH_ACL_SUCCESS (all done), DHEMU_PENDING (the rest requeued) or the failed task's aclError. */
+static aclError run_queue(aclrtStream stream, int64_t deadline_ns) {
     int found;
     struct task *q = take_queue(stream, 0, &found);
     if (!found) return DH_ACL_ERROR_INVALID_PARAM;
-    int64_t deadline = timeout < 0 ? INT64_MAX : dhemu_now_ns() + (int64_t)timeout * 1000000ll;
     aclError r = DH_ACL_SUCCESS;
-    while (q && r == DH_ACL_SUCCESS) {
+    while (q) {
+        r = q->run(q->arg, deadline_ns);
+        if (r == DHEMU_PENDING) {
+            requeue(stream, q);
+            return r;
+        }
         struct task *t = q;
         q = t->next;
-        r = t->run(t->arg, deadline);
         if (t->drop) t->drop(t->arg);
         free(t);
+        if (r != DH_ACL_SUCCESS) break;
     }
     if (q) dhemu_log("stream task failed with %d: dropping the tasks queued after it", r);
     drop_all(q);
+    return r;
+}
+
+/* A collective that times out here fails (its communicator is unusable after it, and the tasks
+ * queued after it are dropped), so that no task can write into buffers freed after the timeout. */
+DHEMU_API aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout) {
+    if (timeout < -1) return DH_ACL_ERROR_INVALID_PARAM;
+    int64_t deadline = timeout < 0 ? INT64_MAX : dhemu_now_ns() + (int64_t)timeout * 1000000ll;
+    if (deadline < 1) deadline = 1; /* 0 is the query's "do not wait" */
+    return run_queue(stream, deadline);
+}
+
+/* Runs what can run without waiting: a collective whose peers have not all arrived stays queued and
+ * goes on at the next query or synchronisation. A failed task's error is returned here, as there. */
+DHEMU_API aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status) {
+    if (!status) return DH_ACL_ERROR_INVALID_PARAM;
+    aclError r = run_queue(stream, 0);
+    if (r == DHEMU_PENDING) {
+        *status = DH_ACL_STREAM_STATUS_NOT_READY;
+        return DH_ACL_SUCCESS;
+    }
+    if (r == DH_ACL_SUCCESS) *status = DH_ACL_STREAM_STATUS_COMPLETE;
     return r;
 }
 

@@ -16,8 +16,12 @@
  * byte until the stream is synchronised. */
 #define DHEMU_POISON 0xEE
 
-/* A task on a stream: run() executes it at synchronisation and returns an aclError; deadline_ns is
- * absolute CLOCK_MONOTONIC (INT64_MAX: none). drop() frees it (after run, or unrun). */
+/* A task on a stream: run() executes it when the stream is synchronised or queried and returns an
+ * aclError; deadline_ns is absolute CLOCK_MONOTONIC (INT64_MAX: none). aclrtStreamQuery passes 0:
+ * run() must then not wait, and returns DHEMU_PENDING if it cannot finish yet; it stays first on
+ * its stream and goes on where it stopped at the next call. drop() frees it (after run, or unrun). */
+#define DHEMU_PENDING (-1)
+
 typedef aclError (*dhemu_run_fn)(void *arg, int64_t deadline_ns);
 typedef void (*dhemu_drop_fn)(void *arg);
 

@@ -15,7 +15,10 @@
  * root, reduction; all-to-all-v: what each peer sends me equals what I expect, in uint64 ELEMENT
  * counts); a mismatch fails the collective on every rank at synchronisation
  * (ACL_ERROR_RT_INTERNAL_ERROR) instead of corrupting memory. Barriers are futexes on the shared
- * segment, bounded by the stream's timeout and HCCL_EXEC_TIMEOUT, and notice peers that died.
+ * segment and notice peers that died. A collective whose peers have not all arrived when
+ * aclrtStreamQuery asks stays queued and goes on at the next query or synchronisation; a timeout
+ * (the stream's or HCCL_EXEC_TIMEOUT), a dead peer or inconsistent arguments fail it and leave the
+ * communicator unusable.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -152,43 +155,63 @@ static int peer_dead(const struct comm *c, uint32_t *who) {
     return 0;
 }
 
-/* Waits until every rank has arrived. Returns 0, or the aclError of a timeout / dead peer. */
-static aclError barrier(struct comm *c, int64_t deadline, const char *what) {
+/* A rank's passage through one barrier, which may take several calls (a synchronisation that
+ * times out, a query that cannot wait): arrive once, then wait for the generation to move on. */
+struct passage {
+    int arrived;
+    uint32_t gen;       /* the generation this rank arrived in */
+    int64_t next_check; /* when to look for dead peers next */
+};
+
+/* Waits until every rank has arrived. Returns DH_ACL_SUCCESS; for a query (`deadline` 0) that
+ * finds peers missing, DHEMU_PENDING (call again to go on waiting); or the aclError of a timeout
+ * (the stream's, or HCCL_EXEC_TIMEOUT: `exec`) or a dead peer, after which the communicator is
+ * unusable. */
+static aclError barrier(struct comm *c, struct passage *p, int64_t deadline, int64_t exec, const char *what) {
     struct seg_hdr *h = hdr(c);
-    uint32_t gen = atomic_load(&h->bar_gen);
-    if (atomic_fetch_add(&h->bar_count, 1) == c->n - 1) {
-        atomic_store(&h->bar_count, 0);
-        atomic_fetch_add(&h->bar_gen, 1);
-        futex_wake(&h->bar_gen);
-        return DH_ACL_SUCCESS;
+    if (!p->arrived) {
+        p->arrived = 1;
+        p->gen = atomic_load(&h->bar_gen);
+        p->next_check = dhemu_now_ns() + 100000000ll;
+        if (atomic_fetch_add(&h->bar_count, 1) == c->n - 1) {
+            atomic_store(&h->bar_count, 0);
+            atomic_fetch_add(&h->bar_gen, 1);
+            futex_wake(&h->bar_gen);
+            *p = (struct passage){0};
+            return DH_ACL_SUCCESS;
+        }
+        /* Spin, then yield the core for up to 200 us (peers are usually close behind). */
+        for (int i = 0; i < 256; i++)
+            if (atomic_load(&h->bar_gen) != p->gen) goto passed;
+        int64_t spin_end = dhemu_now_ns() + 200000ll;
+        if (spin_end > deadline) spin_end = deadline;
+        while (dhemu_now_ns() < spin_end) {
+            sched_yield();
+            if (atomic_load(&h->bar_gen) != p->gen) goto passed;
+        }
     }
-    /* Spin, then yield the core for up to 200 us (peers are usually close behind), then sleep. */
-    for (int i = 0; i < 256; i++)
-        if (atomic_load(&h->bar_gen) != gen) return DH_ACL_SUCCESS;
-    int64_t spin_end = dhemu_now_ns() + 200000ll;
-    while (dhemu_now_ns() < spin_end) {
-        sched_yield();
-        if (atomic_load(&h->bar_gen) != gen) return DH_ACL_SUCCESS;
-    }
-    int64_t next_check = dhemu_now_ns() + 100000000ll;
     for (;;) {
-        futex_wait(&h->bar_gen, gen, 2000000);
-        if (atomic_load(&h->bar_gen) != gen) return DH_ACL_SUCCESS;
+        if (atomic_load(&h->bar_gen) != p->gen) goto passed;
         int64_t now = dhemu_now_ns();
-        if (now >= deadline) {
+        if (now >= exec || (deadline > 0 && now >= deadline)) {
             dhemu_log("rank %u: %s: peers did not arrive before the timeout (stream timeout or "
                       "HCCL_EXEC_TIMEOUT); the communicator is unusable now", c->rank, what);
             return DH_ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
         }
-        if (now >= next_check) {
+        if (now >= p->next_check) {
             uint32_t who;
             if (peer_dead(c, &who)) {
                 dhemu_log("rank %u: %s: rank %u's process is gone", c->rank, what, who);
                 return DH_ACL_ERROR_RT_SUSPECT_REMOTE_ERROR;
             }
-            next_check = now + 100000000ll;
+            p->next_check = now + 100000000ll;
         }
+        if (deadline == 0) return DHEMU_PENDING;
+        futex_wait(&h->bar_gen, p->gen, 2000000);
     }
+passed:
+    *p = (struct passage){0};
+    return DH_ACL_SUCCESS;
 }
 
 /* ---- root info and communicators ---- */
@@ -425,6 +448,13 @@ struct op {
     uint32_t root;
     size_t es;
     uint64_t *sc, *sd, *rc, *rd; /* all-to-all-v, elements */
+    /* Progress, kept across calls (run_op may stop at a barrier and go on at the next call). */
+    int started;
+    uint64_t seq, k; /* sequence number on the communicator; round */
+    int64_t exec;    /* HCCL_EXEC_TIMEOUT's deadline, from the first run */
+    enum { PUBLISH, PUBLISHED, CONSUMED } phase;
+    int ok, more;
+    struct passage at;
 };
 
 static void drop_op(void *arg) {
@@ -578,51 +608,66 @@ static void consume(struct op *o, uint64_t k) {
     }
 }
 
+/* Passes a barrier of o's; a hard failure (not DHEMU_PENDING) breaks the communicator. */
+static aclError pass(struct op *o, int64_t deadline) {
+    aclError r = barrier(o->c, &o->at, deadline, o->exec, kind_name(o->kind));
+    if (r != DH_ACL_SUCCESS && r != DHEMU_PENDING) o->c->broken = 1;
+    return r;
+}
+
+/* Round k: publish, barrier, check (round 0) and consume, barrier. Resumable at either barrier. */
 static aclError run_op(void *arg, int64_t deadline) {
     struct op *o = arg;
     struct comm *c = o->c;
-    if (c->broken) {
-        dhemu_log("rank %u: %s: the communicator is unusable after an earlier timeout or lost peer", c->rank,
-                  kind_name(o->kind));
-        return DH_ACL_ERROR_RT_INTERNAL_ERROR;
-    }
-    int64_t exec = dhemu_now_ns() + env_seconds("HCCL_EXEC_TIMEOUT", 1836) * 1000000000ll;
-    if (exec < deadline) deadline = exec;
-    uint64_t seq = c->exec_seq++;
     struct ctrl *me = ctrl_of(c, c->rank);
-    me->kind = o->kind;
-    me->seq = seq;
-    me->count = o->count;
-    me->dtype = (uint32_t)o->dtype;
-    me->redop = (uint32_t)o->redop;
-    me->root = o->root;
-    for (uint64_t k = 0;; k++) {
-        me->more = (uint32_t)publish(o, k);
-        aclError r = barrier(c, deadline, kind_name(o->kind));
-        if (r != DH_ACL_SUCCESS) {
-            c->broken = 1;
-            return r;
+    if (!o->started) {
+        if (c->broken) {
+            dhemu_log("rank %u: %s: the communicator is unusable after an earlier failure or lost peer",
+                      c->rank, kind_name(o->kind));
+            return DH_ACL_ERROR_RT_INTERNAL_ERROR;
         }
-        int ok = k > 0 || consistent(o, seq);
-        if (ok)
-            consume(o, k);
-        else
-            atomic_store(&me->err_seq, seq + 1);
-        int more = 0;
-        for (uint32_t q = 0; q < c->n; q++) more |= ctrl_of(c, q)->more != 0;
-        r = barrier(c, deadline, kind_name(o->kind));
-        if (r != DH_ACL_SUCCESS) {
-            c->broken = 1;
-            return r;
+        o->started = 1;
+        o->exec = dhemu_now_ns() + env_seconds("HCCL_EXEC_TIMEOUT", 1836) * 1000000000ll;
+        o->seq = c->exec_seq++;
+        o->k = 0;
+        o->phase = PUBLISH;
+        me->kind = o->kind;
+        me->seq = o->seq;
+        me->count = o->count;
+        me->dtype = (uint32_t)o->dtype;
+        me->redop = (uint32_t)o->redop;
+        me->root = o->root;
+    }
+    for (;;) {
+        if (o->phase == PUBLISH) {
+            me->more = (uint32_t)publish(o, o->k);
+            o->phase = PUBLISHED;
         }
+        if (o->phase == PUBLISHED) {
+            aclError r = pass(o, deadline);
+            if (r != DH_ACL_SUCCESS) return r;
+            o->ok = o->k > 0 || consistent(o, o->seq);
+            if (o->ok)
+                consume(o, o->k);
+            else
+                atomic_store(&me->err_seq, o->seq + 1);
+            o->more = 0;
+            for (uint32_t q = 0; q < c->n; q++) o->more |= ctrl_of(c, q)->more != 0;
+            o->phase = CONSUMED;
+        }
+        aclError r = pass(o, deadline);
+        if (r != DH_ACL_SUCCESS) return r;
         for (uint32_t q = 0; q < c->n; q++) {
-            if (atomic_load(&ctrl_of(c, q)->err_seq) == seq + 1) {
-                if (ok) dhemu_log("rank %u: %s #%llu failed: rank %u found the ranks' arguments inconsistent",
-                                  c->rank, kind_name(o->kind), (unsigned long long)seq, q);
+            if (atomic_load(&ctrl_of(c, q)->err_seq) == o->seq + 1) {
+                if (o->ok)
+                    dhemu_log("rank %u: %s #%llu failed: rank %u found the ranks' arguments inconsistent",
+                              c->rank, kind_name(o->kind), (unsigned long long)o->seq, q);
                 return DH_ACL_ERROR_RT_INTERNAL_ERROR;
             }
         }
-        if (!more) return DH_ACL_SUCCESS;
+        if (!o->more) return DH_ACL_SUCCESS;
+        o->k++;
+        o->phase = PUBLISH;
     }
 }
 

@@ -51,6 +51,12 @@ typedef enum {
     DH_ACL_MEMCPY_DEVICE_TO_DEVICE = 3
 } aclrtMemcpyKind;
 
+typedef enum {
+    DH_ACL_STREAM_STATUS_COMPLETE = 0,  /* every task on the stream has finished */
+    DH_ACL_STREAM_STATUS_NOT_READY = 1, /* at least one has not */
+    DH_ACL_STREAM_STATUS_RESERVED = 0xFFFF
+} aclrtStreamStatus;
+
 aclError aclInit(const char *configPath);
 aclError aclFinalize(void);
 aclError aclrtGetDeviceCount(uint32_t *count);
@@ -61,6 +67,8 @@ aclError aclrtDestroyStream(aclrtStream stream);
 aclError aclrtSynchronizeStream(aclrtStream stream);
 /* timeout in milliseconds, -1 = wait forever; ACL_ERROR_RT_STREAM_SYNC_TIMEOUT when it passes. */
 aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout);
+/* Does not wait: *status says whether every task on the stream has finished. */
+aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status);
 aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
 aclError aclrtFree(void *devPtr);
 aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind);

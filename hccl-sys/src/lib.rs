@@ -38,6 +38,8 @@ pub type aclrtStream = *mut c_void;
 pub type aclrtMemMallocPolicy = c_int;
 /// `aclrtMemcpyKind` (a C enum).
 pub type aclrtMemcpyKind = c_int;
+/// `aclrtStreamStatus` (a C enum).
+pub type aclrtStreamStatus = c_int;
 
 /// `ACL_SUCCESS`.
 pub const ACL_SUCCESS: aclError = 0;
@@ -75,6 +77,11 @@ pub const ACL_MEMCPY_HOST_TO_DEVICE: aclrtMemcpyKind = 1;
 pub const ACL_MEMCPY_DEVICE_TO_HOST: aclrtMemcpyKind = 2;
 /// `ACL_MEMCPY_DEVICE_TO_DEVICE`.
 pub const ACL_MEMCPY_DEVICE_TO_DEVICE: aclrtMemcpyKind = 3;
+
+/// `ACL_STREAM_STATUS_COMPLETE`: every task on the stream has finished.
+pub const ACL_STREAM_STATUS_COMPLETE: aclrtStreamStatus = 0;
+/// `ACL_STREAM_STATUS_NOT_READY`: at least one task on the stream has not.
+pub const ACL_STREAM_STATUS_NOT_READY: aclrtStreamStatus = 1;
 
 // ---- HCCL ----
 
@@ -165,6 +172,8 @@ extern "C" {
     /// `aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout)`: `timeout` in ms,
     /// -1 for none; `ACL_ERROR_RT_STREAM_SYNC_TIMEOUT` when it passes.
     pub fn aclrtSynchronizeStreamWithTimeout(stream: aclrtStream, timeout: i32) -> aclError;
+    /// `aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status)`: does not wait.
+    pub fn aclrtStreamQuery(stream: aclrtStream, status: *mut aclrtStreamStatus) -> aclError;
     /// `aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)`.
     pub fn aclrtMalloc(devPtr: *mut *mut c_void, size: usize, policy: aclrtMemMallocPolicy) -> aclError;
     /// `aclrtFree(void *devPtr)`.

@@ -66,9 +66,12 @@ pub fn decode(words: &[u64]) -> PeerState {
     }
 }
 
-/// The message a timed-out rank prints before it aborts the job.
+/// The message a timed-out rank prints before it aborts the job. `backend` names the backend of
+/// `site` where it is not the MPI world that asked the peers (`Some("hccl")`).
+#[allow(clippy::too_many_arguments)]
 pub fn report(
     site: &Site,
+    backend: Option<&str>,
     waited: Duration,
     timeout: Duration,
     peers: &[(usize, PeerState)],
@@ -77,7 +80,8 @@ pub fn report(
     exit_code: i32,
 ) -> String {
     let mut s = format!(
-        "datahelix: {site} did not complete within {:.1} s (timeout {:.1} s); peers:\n",
+        "datahelix: {site}{} did not complete within {:.1} s (timeout {:.1} s); peers:\n",
+        backend.map(|b| format!(" ({b})")).unwrap_or_default(),
         waited.as_secs_f64(),
         timeout.as_secs_f64()
     );
@@ -268,6 +272,7 @@ mod tests {
             [(1, decode(&me)), (2, decode(&encode(&other, Duration::from_secs(1)))), (3, PeerState::Silent)];
         let r = report(
             &site,
+            None,
             Duration::from_secs(3),
             Duration::from_secs(3),
             &peers,

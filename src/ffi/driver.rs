@@ -16,7 +16,8 @@ pub(crate) enum Driver {
     /// the world it was split from.
     Replica {
         replica: Box<ReplicaLoader<'static>>,
-        world: World,
+        /// Boxed: with the HCCL backend built in, a `World` is hundreds of bytes.
+        world: Box<World>,
     },
 }
 
@@ -48,7 +49,7 @@ impl Driver {
             Some(state) => ReplicaLoader::resume(dp, group, cfg, state),
             None => ReplicaLoader::new(dp, group, cfg),
         }?;
-        Ok(Driver::Replica { replica: Box::new(replica), world })
+        Ok(Driver::Replica { replica: Box::new(replica), world: Box::new(world) })
     }
 
     /// The loader that decodes on this rank: `None` on a replica group's other ranks.

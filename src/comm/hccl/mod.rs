@@ -10,20 +10,26 @@
 //!
 //! | API | buffers | use |
 //! |---|---|---|
-//! | [`Collective`] methods | host slices, staged through cached device buffers (H2D copy, collective, `aclrtSynchronizeStream…`, D2H copy of the received ranges) | planner records, checks, tests |
+//! | [`Collective`] methods | host slices, staged through cached device buffers (H2D copy, collective, polled to completion under the watchdog, D2H copy of the received ranges) | planner records, checks, tests |
 //! | [`HcclCollective::all_to_all_v_device`] and friends | [`DeviceBuffer`]s, element counts | rebalancing decoded tensors on device (executor) |
 //!
 //! Every return code becomes an [`HcclError`] naming the call. As in the MPI backend, a
-//! collective that fails after it started (at stream synchronisation: a timeout, a lost peer,
-//! ranks that disagree) cannot be recovered: the trait methods report it and end the job with
-//! [`EXIT_ABORTED`]; the device-buffer methods return it and leave the decision to the caller.
-//! The timeout of each synchronisation is [`Config::timeout`] (`DATAHELIX_COLLECTIVE_TIMEOUT`).
+//! collective that fails after it started (a lost peer, ranks that disagree) cannot be recovered:
+//! the trait methods report it and end the job with [`EXIT_ABORTED`]; the device-buffer methods
+//! return it and leave the decision to the caller.
+//!
+//! The trait methods wait under the MPI backend's watchdog: they poll the stream
+//! (`aclrtStreamQuery`) and meanwhile answer peers' "where are you?" over the bootstrap world; past
+//! [`Config::timeout`] (`DATAHELIX_COLLECTIVE_TIMEOUT`) they ask the peers, print which have not
+//! arrived and what they are doing instead (in another collective, decoding, silent), and end
+//! the job. The device-buffer methods synchronise with that timeout instead.
 //!
 //! Byte-level methods move `HCCL_DATA_TYPE_UINT8` elements, so `HcclAlltoAllV`'s uint64 element
 //! counts are byte counts there. All `unsafe` lives in [`raw`].
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+use std::time::Instant;
 
 use crate::collective::{check_layout, Collective, CollectiveError, CollectiveOp, ReduceOp, Result, Site};
 use crate::comm::mpi::{self, MpiWorld};
@@ -269,7 +275,7 @@ impl HcclCollective {
     fn scratch(&self, site: Site, send: usize, recv: usize) -> Result<std::cell::RefMut<'_, Scratch>> {
         let mut s = self.scratch.borrow_mut();
         let grow = |b: &mut Option<DeviceBuffer>, len: usize| -> raw::Result<()> {
-            if b.as_ref().map_or(true, |b| b.len() < len) {
+            if b.as_ref().is_none_or(|b| b.len() < len) {
                 *b = None;
                 *b = Some(self.alloc(len.max(4096).next_power_of_two())?);
             }
@@ -297,10 +303,47 @@ impl HcclCollective {
             return Err(Self::invalid(site, "device scratch buffers missing".into()));
         };
         stage(&self.comm, &self.stream, send, recv).map_err(|e| Self::backend_err(site, e))?;
+        self.settle(site, send_len + recv_len);
+        unstage(send, recv).map_err(|e| Self::backend_err(site, e))
+    }
+
+    /// Waits for the collective `site` enqueued on the stream, moving `bytes` in and out of this
+    /// rank, under the watchdog of the MPI backend: polls the stream (`aclrtStreamQuery`),
+    /// answering peers' "where are you?" over the bootstrap world meanwhile, and past the timeout
+    /// asks them where they are, prints which have not arrived and ends the job. A failure ends
+    /// the job too. Without MPI (one rank) it synchronises with the timeout.
+    fn settle(&self, site: Site, bytes: usize) {
+        let Some(world) = &self.mpi else {
+            if let Err(e) = self.stream.synchronize(self.timeout()) {
+                self.fail(site, &e);
+            }
+            return;
+        };
+        let start = Instant::now();
+        let deadline = start + self.config.timeout;
+        let spin = mpi::spin_for(bytes);
+        let mut complete = || self.stream.query().unwrap_or_else(|e| self.fail(site, &e));
+        let mut polls: u32 = 0;
+        while !complete() {
+            polls = polls.wrapping_add(1);
+            if polls % 32 != 0 {
+                continue;
+            }
+            world.answer_for(&site, start);
+            let now = Instant::now();
+            if now >= deadline && world.expire_foreign(site, "hccl", start, &mut complete) {
+                break;
+            }
+            // As the MPI backend: past the time its own bytes need, a wait is for a slower peer,
+            // and sleeping gives this node's decode workers the core.
+            if now - start > spin {
+                std::thread::sleep(mpi::LONG_WAIT_PAUSE);
+            }
+        }
+        // Finished: a runtime that reports a task's failure only at synchronisation says it here.
         if let Err(e) = self.stream.synchronize(self.timeout()) {
             self.fail(site, &e);
         }
-        unstage(send, recv).map_err(|e| Self::backend_err(site, e))
     }
 
     fn all_reduce<T: Copy>(&self, data: &mut [T], op: ReduceOp, dtype: DataType) -> Result<()> {
@@ -373,8 +416,17 @@ impl Collective for HcclCollective {
         "hccl"
     }
 
+    fn serve_watchdog(&self) {
+        if let Some(world) = &self.mpi {
+            world.serve_watchdog();
+        }
+    }
+
     fn set_step(&self, step: Option<u64>) {
         self.step.set(step);
+        if let Some(world) = &self.mpi {
+            world.set_step(step);
+        }
     }
 
     fn site_now(&self, op: CollectiveOp) -> Site {
@@ -546,9 +598,7 @@ impl Collective for HcclCollective {
         let site = self.enter(CollectiveOp::Barrier);
         let r = self.comm.barrier(&self.stream).map_err(|e| Self::backend_err(site, e)).map(InFlight::forget);
         if r.is_ok() {
-            if let Err(e) = self.stream.synchronize(self.timeout()) {
-                self.fail(site, &e);
-            }
+            self.settle(site, 0);
         }
         watchdog::note_leave();
         r

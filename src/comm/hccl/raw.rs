@@ -480,6 +480,16 @@ impl Stream {
         check_acl(ret, "aclrtSynchronizeStreamWithTimeout")
     }
 
+    /// Whether every task on the stream has finished (`aclrtStreamQuery`), without waiting. A task
+    /// that failed may report its error here or only at [`Stream::synchronize`].
+    pub fn query(&self) -> Result<bool> {
+        let mut status: sys::aclrtStreamStatus = sys::ACL_STREAM_STATUS_NOT_READY;
+        // SAFETY: `raw` is a live stream owned by self; `status` is a valid out-pointer.
+        let ret = unsafe { sys::aclrtStreamQuery(self.raw.as_ptr(), &mut status) };
+        check_acl(ret, "aclrtStreamQuery")?;
+        Ok(status == sys::ACL_STREAM_STATUS_COMPLETE)
+    }
+
     fn as_raw(&self) -> sys::aclrtStream {
         self.raw.as_ptr()
     }
@@ -853,6 +863,12 @@ impl InFlight<'_> {
     /// it touches or drops the buffers of the collective (the backend's staged path does).
     pub(super) fn forget(mut self) {
         self.done = true;
+    }
+
+    /// Whether the stream's tasks, this collective's included, have finished (`aclrtStreamQuery`),
+    /// without waiting. The results are valid only after [`InFlight::wait`].
+    pub fn is_done(&self) -> Result<bool> {
+        self.stream.query()
     }
 
     /// `aclrtSynchronizeStreamWithTimeout`; the results are valid once this returns `Ok`.

@@ -35,7 +35,7 @@ use raw::{MpiError, OwnedComm, Pending};
 /// move at [`SPIN_BYTES_PER_S`] (a transfer in flight needs the poll calls: they drive MPI's
 /// progress engine), plus [`SPIN_MIN`]; at most [`SPIN_MAX`]. Past that the rank is waiting for a
 /// slower peer, and polls between pauses instead.
-fn spin_for(bytes: usize) -> Duration {
+pub(crate) fn spin_for(bytes: usize) -> Duration {
     (SPIN_MIN + Duration::from_secs_f64(bytes as f64 / SPIN_BYTES_PER_S)).min(SPIN_MAX)
 }
 const SPIN_MIN: Duration = Duration::from_millis(2);
@@ -44,7 +44,7 @@ const SPIN_MAX: Duration = Duration::from_millis(50);
 /// peer, `datahelix perf alltoallv`), so that a transfer at full speed finishes while spinning.
 const SPIN_BYTES_PER_S: f64 = 1.0e9;
 /// Pause between poll rounds of a longer wait (a rank waiting for a slower peer).
-const LONG_WAIT_PAUSE: Duration = Duration::from_micros(200);
+pub(crate) const LONG_WAIT_PAUSE: Duration = Duration::from_micros(200);
 
 const TAG_QUERY: i32 = 1;
 const TAG_REPLY: i32 = 2;
@@ -322,6 +322,28 @@ impl MpiWorld {
         pending: &mut Pending<'_>,
         peer_of: Option<&[usize]>,
     ) -> bool {
+        let Some(peers) = self.ask_peers(site, start, || matches!(pending.test(), Ok(true))) else {
+            return true;
+        };
+        let missing: Option<Vec<usize>> = peer_of.map(|peer_of| {
+            let mut m: Vec<usize> =
+                (0..peer_of.len()).filter(|&i| !pending.is_done(i)).map(|i| peer_of[i]).collect();
+            m.sort_unstable();
+            m.dedup();
+            m
+        });
+        self.report_expired(site, None, start, &peers, missing.as_deref())
+    }
+
+    /// Asks every peer where it is and collects the answers for a grace period, answering their
+    /// own queries meanwhile. `None` if `done` turned true during it (the collective completed
+    /// after all); else every peer's state, [`PeerState::Silent`] for those that did not answer.
+    fn ask_peers(
+        &self,
+        site: Site,
+        start: Instant,
+        mut done: impl FnMut() -> bool,
+    ) -> Option<Vec<(usize, PeerState)>> {
         let n = self.data.size();
         let me = self.data.rank();
         let query = watchdog::encode(&site, start.elapsed());
@@ -330,17 +352,16 @@ impl MpiWorld {
                 self.parked.borrow_mut().push(req);
             }
         }
-        let grace = (self.config.timeout / 4).clamp(Duration::from_millis(300), Duration::from_secs(5));
         let mut states: Vec<Option<PeerState>> = vec![None; n];
         let t0 = Instant::now();
-        while t0.elapsed() < grace && (0..n).any(|p| p != me && states[p].is_none()) {
-            if let Ok(true) = pending.test() {
+        while t0.elapsed() < self.grace() && (0..n).any(|p| p != me && states[p].is_none()) {
+            if done() {
                 eprintln!(
                     "datahelix: {site} completed after {:.1} s, beyond the {:.1} s timeout; continuing",
                     start.elapsed().as_secs_f64(),
                     self.config.timeout.as_secs_f64()
                 );
-                return true;
+                return None;
             }
             self.serve_queries(&watchdog::encode(&site, start.elapsed()));
             while let Ok(Some((src, len))) = self.ctl.iprobe(TAG_REPLY) {
@@ -351,27 +372,63 @@ impl MpiWorld {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        let peers: Vec<(usize, PeerState)> =
-            (0..n).filter(|&p| p != me).map(|p| (p, states[p].unwrap_or(PeerState::Silent))).collect();
-        let missing: Option<Vec<usize>> = peer_of.map(|peer_of| {
-            let mut m: Vec<usize> =
-                (0..peer_of.len()).filter(|&i| !pending.is_done(i)).map(|i| peer_of[i]).collect();
-            m.sort_unstable();
-            m.dedup();
-            m
-        });
+        Some((0..n).filter(|&p| p != me).map(|p| (p, states[p].unwrap_or(PeerState::Silent))).collect())
+    }
+
+    /// How long a timed-out rank waits for its peers' answers.
+    fn grace(&self) -> Duration {
+        (self.config.timeout / 4).clamp(Duration::from_millis(300), Duration::from_secs(5))
+    }
+
+    /// Prints the watchdog's report of `site` and ends the job.
+    fn report_expired(
+        &self,
+        site: Site,
+        backend: Option<&str>,
+        start: Instant,
+        peers: &[(usize, PeerState)],
+        missing: Option<&[usize]>,
+    ) -> ! {
         let text = watchdog::report(
             &site,
+            backend,
             start.elapsed(),
             self.config.timeout,
-            &peers,
-            missing.as_deref(),
-            grace,
+            peers,
+            missing,
+            self.grace(),
             EXIT_ABORTED,
         );
         eprint!("{text}");
         tracing::error!(target: "datahelix::comm", "{}", text.lines().next().unwrap_or(""));
         raw::abort(EXIT_ABORTED)
+    }
+
+    /// For a collective of another backend on the same ranks (the HCCL backend's, which
+    /// bootstraps from this world): answers peers' "where are you?" with `site`, entered at
+    /// `start`. Call it while polling that collective.
+    #[cfg(feature = "hccl")]
+    pub(crate) fn answer_for(&self, site: &Site, start: Instant) {
+        self.busy_since.set(None);
+        self.serve_queries(&watchdog::encode(site, start.elapsed()));
+    }
+
+    /// `backend`'s collective `site`, entered at `start`, passed its deadline: asks the peers over
+    /// this world's control communicator, reports which have not arrived and ends the job, as for
+    /// this world's own collectives. Returns `true` only if `done` turned true during the grace
+    /// period (the collective completed after all).
+    #[cfg(feature = "hccl")]
+    pub(crate) fn expire_foreign(
+        &self,
+        site: Site,
+        backend: &str,
+        start: Instant,
+        done: impl FnMut() -> bool,
+    ) -> bool {
+        match self.ask_peers(site, start, done) {
+            None => true,
+            Some(peers) => self.report_expired(site, Some(backend), start, &peers, None),
+        }
     }
 
     fn invalid(site: Site, what: String) -> CollectiveError {
