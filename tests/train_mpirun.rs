@@ -417,3 +417,48 @@ fn a_missing_dataset_is_a_usage_error() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("datahelix index"));
 }
+
+/// `--replica-ranks 2` on 4 ranks: two groups of two train on the same batches, decoded by each
+/// group's first rank. The result is the data-parallel view — 2 ranks whose records hold every
+/// global batch exactly once with the bytes of a plain 4-rank run — and the followers' waits.
+#[test]
+fn replica_groups_train_the_data_parallel_view() {
+    let dir = common::tiny_dataset();
+    let ids = common::manifest_ids(&dir);
+    let out = tempfile::tempdir().unwrap();
+    let plain = train(&dir, "rank-local", &out.path().join("plain.json"), &["--checksums"]);
+    let groups =
+        train(&dir, "helix", &out.path().join("groups.json"), &["--checksums", "--replica-ranks", "2"]);
+    let p = &groups["params"];
+    assert_eq!(
+        (p["ranks"].as_u64(), p["world_ranks"].as_u64(), p["replica_ranks"].as_u64()),
+        (Some(2), Some(4), Some(2))
+    );
+    let ranks: std::collections::BTreeSet<u64> =
+        groups["records"].as_array().unwrap().iter().map(|r| r["rank"].as_u64().unwrap()).collect();
+    assert_eq!(ranks, [0, 1].into(), "records are the leaders', numbered by group");
+    assert_exactly_once(&groups, &ids);
+    assert_eq!(step_checksums(&groups), step_checksums(&plain), "replica groups delivered other bytes");
+    let f = &groups["followers"];
+    assert_eq!(f["ranks"], serde_json::json!([1, 3]), "{f}");
+    for key in ["miss_rate", "miss_rate_10ms", "p95_wait_s", "max_wait_s"] {
+        assert!(f[key].as_f64().is_some_and(|v| v.is_finite() && v >= 0.0), "{key}: {f}");
+    }
+    assert!(groups["summary"]["throughput"].as_f64().unwrap() > 0.0);
+
+    // Groups that do not divide the job: refused on every rank before anything opens.
+    let mut cmd = std::process::Command::new("mpirun");
+    common::mpi_env(&mut cmd).args(["-np", "4"]);
+    cmd.arg(env!("CARGO_BIN_EXE_datahelix")).args(["train", "--data"]).arg(&dir).args([
+        "--steps",
+        "2",
+        "--warmup",
+        "0",
+        "--replica-ranks",
+        "3",
+    ]);
+    let o = common::run_limited(&mut cmd, Duration::from_secs(60));
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--replica-ranks 3: expected a divisor of the 4 ranks"), "{err}");
+}

@@ -12,11 +12,12 @@ use super::{CliError, EXIT_USAGE};
 use crate::collective::ReduceOp;
 use crate::comm;
 use crate::emu::Profile;
+use crate::exec::driver::Driver;
 use crate::exec::emulated::EmulatedAccelerator;
-use crate::exec::loader::{budget_per_rank, Loader, LoaderConfig};
+use crate::exec::loader::{budget_per_rank, LoaderConfig};
 use crate::exec::state::LoaderState;
 use crate::metrics::trace::{write_trace, RankMeta};
-use crate::metrics::{summarize, usable_cores, RankStep, RunShape, Span, TrainResult};
+use crate::metrics::{quantile, summarize, usable_cores, RankStep, RunShape, Span, TrainResult};
 use crate::policy::Policy;
 
 /// Run emulated training steps and measure the input pipeline (PROTOCOL.md).
@@ -96,6 +97,12 @@ pub struct TrainArgs {
     /// `--steps` stays the total (records carry the global step numbers).
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// Groups of this many consecutive ranks (a tensor-parallel group) train on the same
+    /// batches, decoded once by the group's first rank and broadcast to the others (MPI only).
+    /// Records and summary are then the data-parallel view: one rank per group (`params.ranks`
+    /// counts groups), the other ranks' input waits under `followers`.
+    #[arg(long, default_value_t = 1)]
+    pub replica_ranks: usize,
     /// Collective backend: `mpi`, or `hccl` (built with `--features hccl`; tensors move through
     /// HCCL device buffers — on the project's emulator where no Ascend device exists).
     #[arg(long, default_value = "mpi")]
@@ -170,11 +177,18 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     let config = comm::Config::from_env().map_err(|e| CliError::usage(e.to_string()))?;
     let world = comm::init_backend(config, backend)
         .map_err(|e| fail(format!("cannot start the {} backend: {e}", args.backend)))?;
-    let c = world.collective();
-    let (rank, ranks) = (c.rank(), c.size());
+    let (rank, world_ranks) = (world.collective().rank(), world.collective().size());
+    let group = args.replica_ranks;
+    if group == 0 || world_ranks % group != 0 {
+        return Err(CliError::usage(format!(
+            "--replica-ranks {group}: expected a divisor of the {world_ranks} ranks of the job"
+        )));
+    }
+    // Data-parallel ranks: one per replica group.
+    let ranks = world_ranks / group;
     // The cgroups are named after rank 0's pid, shared by broadcast.
     let mut job = (std::process::id() as u64).to_le_bytes();
-    c.broadcast(0, &mut job).map_err(fail)?;
+    world.collective().broadcast(0, &mut job).map_err(fail)?;
     let job = u64::from_le_bytes(job);
     let cores = if args.cores > 0.0 {
         args.cores
@@ -208,30 +222,32 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     cfg.measure_transfer = args.transfer_model == "measured";
     cfg.trace = args.trace.is_some();
     let state = match &args.resume {
-        Some(path) => Some(read_state_on_rank0(c, path).map_err(CliError::usage)?),
+        Some(path) => Some(read_state_on_rank0(world.collective(), path).map_err(CliError::usage)?),
         None => None,
-    };
-    let opened = match &state {
-        Some(state) => Loader::resume(c, cfg, state),
-        None => Loader::new(c, cfg),
     };
     // Every rank fails here together (the loader's fingerprint check is collective). Each says
     // why at once, before the world ends: ending it waits for the other ranks, and a rank that
     // only learned of another's failure and exits first has the launcher stop that rank before
     // it could name its own cause (a dataset folder that is not there, say).
-    let mut loader = match opened {
-        Ok(loader) => loader,
+    let mut driver = match Driver::open(world, cfg, state.as_ref(), group) {
+        Ok(driver) => driver,
         Err(e) => {
             eprintln!("datahelix: {e}");
             return Err(CliError::said(EXIT_USAGE));
         }
     };
     let first_step = state.as_ref().map_or(0, |s| s.next_step);
-    let (budget, why) = loader.cpu_budget();
+    // Rank 0 always decodes (it leads the first replica group).
+    let (budget, why) = driver.cpu_budget().unwrap_or(("none", None));
+    let (budget, why) = (budget.to_string(), why.map(str::to_string));
     if rank == 0 {
+        let groups = if group > 1 {
+            format!(" (replica groups of {group}: {world_ranks} ranks in all)")
+        } else {
+            String::new()
+        };
         eprintln!(
-            "train: {} ranks, policy {}, W = {}, G = {}, {} steps ({} warm-up), cpu budget {budget}{}",
-            ranks,
+            "train: {ranks} ranks{groups}, policy {}, W = {}, G = {}, {} steps ({} warm-up), cpu budget {budget}{}",
             args.policy,
             args.workers,
             args.global_batch,
@@ -240,9 +256,9 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
             why.map(|w| format!(" ({w})")).unwrap_or_default()
         );
     }
-    c.barrier().map_err(fail)?;
+    driver.world().barrier().map_err(fail)?;
     let t0 = Instant::now();
-    loader.set_epoch(t0);
+    driver.set_epoch(t0);
     let mut records = Vec::with_capacity(args.steps as usize);
     let mut spans: Vec<Span> = Vec::new();
     let mut accel = EmulatedAccelerator::new(args.profile, args.seed, rank);
@@ -250,11 +266,11 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         let start_s = t0.elapsed().as_secs_f64();
         // The library's step driver: the batch, the accelerator's step on it (the loader plans
         // and ships meanwhile), its seconds reported.
-        let batch = loader.train_step(&mut accel).map_err(|e| fail_job(rank, ranks, e))?;
+        let batch = driver.train_step(&mut accel).map_err(|e| fail_job(rank, world_ranks, e))?;
         let gpu_s = accel.last_seconds();
         let compute_end = t0.elapsed().as_secs_f64();
         let mut grad = [gpu_s];
-        c.all_reduce_f64(&mut grad, ReduceOp::Sum).map_err(fail)?;
+        driver.world().all_reduce_f64(&mut grad, ReduceOp::Sum).map_err(fail)?;
         let end_s = t0.elapsed().as_secs_f64();
         if args.trace.is_some() {
             let r = rank as u32;
@@ -291,7 +307,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
             decode_cpu_s: batch.decode_cpu_s,
             tokens: batch.samples.iter().map(|s| s.tokens).sum(),
             bytes_in: batch.bytes_in,
-            charged_bytes: Some(loader.charged_bytes() as u64),
+            charged_bytes: Some(driver.charged_bytes() as u64),
             tensor_checksum: args.checksums.then(|| {
                 batch.samples.iter().fold(0u64, |acc, smp| {
                     let mut h = crate::plan::Fnv::default();
@@ -301,28 +317,34 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
             }),
         });
     }
-    spans.extend(loader.spans().iter().cloned());
-    let counters = loader.counters();
-    let stretched_steps = loader.stretched_steps();
-    let late_steps = loader.late_steps();
-    let transfer_json = transfer_json(&args.transfer_model, loader.transfer());
+    spans.extend(driver.spans().iter().cloned());
+    let counters = driver.counters();
+    let stretched_steps = driver.stretched_steps();
+    let late_steps = driver.late_steps();
+    let transfer_json = driver.transfer().map(|t| transfer_json(&args.transfer_model, t));
     if let (Some(path), 0) = (&args.save_state, rank) {
-        loader.state().write(path).map_err(|e| fail_job(rank, ranks, e))?;
+        driver.state().write(path).map_err(|e| fail_job(rank, world_ranks, e))?;
     }
-    drop(loader);
 
-    // Gather every rank's records (and spans) on every rank; rank 0 writes.
-    let mine = serde_json::to_vec(&(records, spans)).map_err(fail)?;
+    // Gather every rank's records (and spans) on every rank; rank 0 writes. The loader stays
+    // open until then (its drop closes its communicators, after every rank's last collective).
+    let mine = serde_json::to_vec(&(records, spans, driver.leads())).map_err(fail)?;
     // A rank's records and spans as JSON: a generous bound (a long traced run is tens of MB).
-    let all = c.all_gather_v_vec(&mine, 1 << 31).map_err(fail)?;
+    let all = driver.world().all_gather_v_vec(&mine, 1 << 31).map_err(fail)?;
     if rank != 0 {
         return Ok(0);
     }
     let mut records: Vec<RankStep> = Vec::new();
+    let mut follower_records: Vec<RankStep> = Vec::new();
     let mut spans: Vec<Span> = Vec::new();
     for block in all {
-        let (r, s): (Vec<RankStep>, Vec<Span>) = serde_json::from_slice(&block).map_err(fail)?;
-        records.extend(r);
+        let (r, s, leads): (Vec<RankStep>, Vec<Span>, bool) = serde_json::from_slice(&block).map_err(fail)?;
+        if leads {
+            // The data-parallel view: the leader of a group is its rank `global / group`.
+            records.extend(r.into_iter().map(|x| RankStep { rank: x.rank / group as u32, ..x }));
+        } else {
+            follower_records.extend(r);
+        }
         spans.extend(s);
     }
     records.sort_by_key(|r| (r.step, r.rank));
@@ -335,33 +357,39 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     summary.stretched_steps = stretched_steps;
     summary.late_steps = late_steps;
     summary.bytes_moved = records.iter().filter(|r| r.step >= args.warmup).map(|r| r.bytes_in).sum();
-    let result = TrainResult {
-        params: json!({
-            "policy": args.policy.name(),
-            "ranks": ranks,
-            "global_batch": args.global_batch,
-            "workers": args.workers,
-            "steps": args.steps,
-            "warmup": args.warmup,
-            "seed": args.seed,
-            "profile": args.profile,
-            "lookahead": args.lookahead,
-            "cpu_budget": budget,
-            "cores": cores,
-            "backend": args.backend,
-            "dataset": args.data.display().to_string(),
-            "protocol": crate::sampler::PROTOCOL,
-            "transfer": transfer_json,
-        }),
-        records,
-        summary,
-    };
+    let mut params = json!({
+        "policy": args.policy.name(),
+        "ranks": ranks,
+        "global_batch": args.global_batch,
+        "workers": args.workers,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "seed": args.seed,
+        "profile": args.profile,
+        "lookahead": args.lookahead,
+        "cpu_budget": budget,
+        "cores": cores,
+        "backend": args.backend,
+        "dataset": args.data.display().to_string(),
+        "protocol": crate::sampler::PROTOCOL,
+        "transfer": transfer_json,
+    });
+    if group > 1 {
+        params["replica_ranks"] = json!(group);
+        params["world_ranks"] = json!(world_ranks);
+    }
+    let result = TrainResult { params, records, summary };
     if let Some(path) = &args.trace {
-        let meta: Vec<RankMeta> =
-            (0..ranks as u32).map(|r| RankMeta { rank: r, label: format!("{}", args.policy) }).collect();
+        let meta: Vec<RankMeta> = (0..world_ranks as u32)
+            .map(|r| RankMeta { rank: r, label: format!("{}", args.policy) })
+            .collect();
         write_trace(path, &spans, &meta).map_err(fail)?;
     }
-    let text = serde_json::to_string_pretty(&result).map_err(fail)?;
+    let mut doc = serde_json::to_value(&result).map_err(fail)?;
+    if group > 1 {
+        doc["followers"] = followers_json(&follower_records, args.warmup);
+    }
+    let text = serde_json::to_string_pretty(&doc).map_err(fail)?;
     match &args.out {
         Some(p) => {
             std::fs::write(p, text + "\n").map_err(|e| fail(format!("cannot write {}: {e}", p.display())))?
@@ -380,6 +408,25 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         s.blind_efficiency
     );
     Ok(0)
+}
+
+/// The input waits of the replica groups' other ranks over the measured steps (they wait for
+/// their leader's broadcast): `ranks`, `miss_rate` (over 1 ms) and `miss_rate_10ms` of their
+/// rank-steps, `p95_wait_s`, `max_wait_s`.
+fn followers_json(records: &[RankStep], warmup: u64) -> serde_json::Value {
+    let mut waits: Vec<f64> = records.iter().filter(|r| r.step >= warmup).map(|r| r.input_wait_s).collect();
+    waits.sort_by(f64::total_cmp);
+    let mut ranks: Vec<u32> = records.iter().map(|r| r.rank).collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    let n = waits.len().max(1) as f64;
+    json!({
+        "ranks": ranks,
+        "miss_rate": waits.iter().filter(|&&w| w > 0.001).count() as f64 / n,
+        "miss_rate_10ms": waits.iter().filter(|&&w| w > 0.010).count() as f64 / n,
+        "p95_wait_s": quantile(&waits, 0.95),
+        "max_wait_s": waits.last().copied().unwrap_or(0.0),
+    })
 }
 
 /// The transfer model the run planned with, as results carry it: `bands` within a node (or

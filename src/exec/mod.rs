@@ -3,6 +3,7 @@
 //! what that costs; [`emulated`] is the protocol's emulated accelerator.
 
 pub mod cgroup;
+pub(crate) mod driver;
 pub mod emulated;
 pub mod exchange;
 mod fault;

@@ -254,6 +254,13 @@ impl<'w> ReplicaLoader<'w> {
         self.leader.as_ref()
     }
 
+    /// [`Loader::set_epoch`] on the leader; nothing elsewhere.
+    pub fn set_epoch(&mut self, t0: Instant) {
+        if let Some(loader) = &mut self.leader {
+            loader.set_epoch(t0);
+        }
+    }
+
     /// The next step's batch, the same on every rank of the group. Collective over the group
     /// (and, on the leader, the loader's world).
     pub fn next_batch(&mut self) -> Result<Batch, ExecError> {

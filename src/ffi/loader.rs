@@ -2,7 +2,7 @@
 //!
 //! Ownership: the handle owns a [`crate::exec::loader::Loader`], which owns its world (and drops
 //! its decode workers before it), or with `replica_ranks` its rank's part of a replica group
-//! ([`super::driver`]). The step sequence is the loader's own
+//! ([`crate::exec::driver`]). The step sequence is the loader's own
 //! ([`crate::exec::loader::Loader::train_step`],
 //! `dh_loader_step`); the functions here only check arguments, map errors and keep metrics.
 
@@ -11,12 +11,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::config::dh_config;
-use super::driver::Driver;
 use super::{dh_result, ffi_boundary, Error};
 use crate::collective::ReduceOp;
 use crate::comm::mpi::raw::RawComm;
 use crate::comm::mpi::{CallerComm, MpiWorld};
 use crate::comm::{self, World};
+use crate::exec::driver::Driver;
 use crate::exec::loader::{Accelerator, Batch, Counters, ExecError};
 use crate::metrics::{summarize, RankStep, RunShape};
 

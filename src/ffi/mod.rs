@@ -40,7 +40,6 @@ use std::cell::RefCell;
 use std::ffi::{c_char, CStr};
 
 pub mod config;
-mod driver;
 pub mod loader;
 
 /// What a `dh_*` function returns. The numbers are stable: new codes are only ever added.

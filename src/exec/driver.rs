@@ -1,6 +1,7 @@
-//! What a `dh_loader` drives: this rank's [`Loader`], or its part of a replica group
-//! (`replica_ranks`: [`ReplicaLoader`], which owns the group's and the leaders' communicators,
-//! beside the job's whole world for the caller's `dh_loader_all_reduce_sum`).
+//! What a `dh_loader` and `datahelix train` drive: this rank's [`Loader`], or its part of a
+//! replica group (`replica_ranks`: [`ReplicaLoader`], which owns the group's and the leaders'
+//! communicators, beside the job's whole world for the caller's collectives, e.g.
+//! `dh_loader_all_reduce_sum` or the training loop's gradient sync).
 
 use std::time::Instant;
 
@@ -9,6 +10,8 @@ use crate::comm::World;
 use crate::exec::loader::{Accelerator, Batch, Counters, ExecError, Loader, LoaderConfig};
 use crate::exec::replica::ReplicaLoader;
 use crate::exec::state::LoaderState;
+use crate::metrics::Span;
+use crate::plan::TransferCost;
 
 pub(crate) enum Driver {
     Plain(Box<Loader<'static>>),
@@ -88,6 +91,27 @@ impl Driver {
         }
     }
 
+    /// The library's step driver ([`Loader::train_step`], [`ReplicaLoader::train_step`]).
+    pub(crate) fn train_step(&mut self, accel: &mut dyn Accelerator) -> Result<Batch, ExecError> {
+        match self {
+            Driver::Plain(loader) => loader.train_step(accel),
+            Driver::Replica { replica, .. } => replica.train_step(accel),
+        }
+    }
+
+    /// Sets the instant the trace and records count from (where this rank decodes).
+    pub(crate) fn set_epoch(&mut self, t0: Instant) {
+        match self {
+            Driver::Plain(loader) => loader.set_epoch(t0),
+            Driver::Replica { replica, .. } => replica.set_epoch(t0),
+        }
+    }
+
+    /// Whether this rank decodes: every rank without replica groups, a group's rank 0 with them.
+    pub(crate) fn leads(&self) -> bool {
+        self.own().is_some()
+    }
+
     pub(crate) fn finish_step(
         &mut self,
         accel: &mut dyn Accelerator,
@@ -128,5 +152,25 @@ impl Driver {
     /// Bytes charged to this rank's decode budget (zero where it does not decode).
     pub(crate) fn charged_bytes(&self) -> usize {
         self.own().map_or(0, Loader::charged_bytes)
+    }
+
+    /// [`Loader::cpu_budget`] where this rank decodes.
+    pub(crate) fn cpu_budget(&self) -> Option<(&'static str, Option<&str>)> {
+        self.own().map(Loader::cpu_budget)
+    }
+
+    /// Steps stretched to the CPUs' pace (zero where this rank does not decode).
+    pub(crate) fn stretched_steps(&self) -> u64 {
+        self.own().map_or(0, Loader::stretched_steps)
+    }
+
+    /// The trace spans kept so far (none where this rank does not decode).
+    pub(crate) fn spans(&self) -> &[Span] {
+        self.own().map_or(&[], Loader::spans)
+    }
+
+    /// The transfer model planned with, where this rank decodes.
+    pub(crate) fn transfer(&self) -> Option<&TransferCost> {
+        self.own().map(Loader::transfer)
     }
 }
