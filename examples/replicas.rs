@@ -6,7 +6,8 @@
 //! ```
 //!
 //! Prints `batch STEP RANK GROUP LEADS HASH ids…` per rank and step (HASH covers every id, shape
-//! and tensor byte), then `ok RANK`.
+//! and tensor byte) and `wait STEP RANK SECONDS` (the batch's input wait), then `ok RANK`. At
+//! step 1 the leaders sleep 0.3 s before asking for the batch: their followers wait for it.
 
 use datahelix::comm::{self, Config, World};
 use datahelix::exec::loader::LoaderConfig;
@@ -33,7 +34,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut loader = ReplicaLoader::new(dp.map(World::Mpi), World::Mpi(group), cfg)?;
     let steps: u64 = args[3].parse()?;
     for step in 0..steps {
+        if step == 1 && loader.leads() {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
         let batch = loader.next_batch()?;
+        println!("wait {step} {rank} {:.6}", batch.input_wait_s);
         assert_eq!(batch.step, step);
         let mut h = Fnv::default();
         for s in &batch.samples {

@@ -110,7 +110,27 @@ fn a_c_program_passes_its_own_mpi_comm_and_resumes_from_the_state() {
 fn a_replica_group_of_2_receives_byte_identical_batches() {
     let example = target_dir().join("examples/replicas");
     assert!(example.exists(), "{} not built (cargo test builds examples)", example.display());
-    assert_replica_batches(&mpirun(&example, "helix"), "rust");
+    let out = mpirun(&example, "helix");
+    assert_replica_batches(&out, "rust");
+    // At step 1 the leaders slept 0.3 s before asking for their batch: each follower's batch
+    // reports its own wait for it, the sleep on top of its leader's (before, it carried its
+    // leader's).
+    let waits: Vec<(u64, u64, f64)> = out
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 4 && f[0] == "wait")
+                .then(|| (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap()))
+        })
+        .collect();
+    let wait = |r: u64| waits.iter().find(|&&(step, rank, _)| step == 1 && rank == r).map(|w| w.2);
+    for (leader, follower) in [(0, 1), (2, 3)] {
+        let (l, f) = (wait(leader), wait(follower));
+        assert!(
+            l.zip(f).is_some_and(|(l, f)| f >= l + 0.25),
+            "step 1: leader {leader} waited {l:?} s, follower {follower} {f:?} s\n{out}"
+        );
+    }
 }
 
 /// The same from C (`replica_ranks` = 2, `csrc/tests/replicas.c`), continuing half-way from the

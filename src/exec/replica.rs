@@ -261,8 +261,9 @@ impl<'w> ReplicaLoader<'w> {
         }
     }
 
-    /// The next step's batch, the same on every rank of the group. Collective over the group
-    /// (and, on the leader, the loader's world).
+    /// The next step's batch, the same on every rank of the group (but `input_wait_s`: each
+    /// rank's own wait in this call). Collective over the group (and, on the leader, the
+    /// loader's world).
     pub fn next_batch(&mut self) -> Result<Batch, ExecError> {
         let g = self.group.get();
         match &mut self.leader {
@@ -281,6 +282,7 @@ impl<'w> ReplicaLoader<'w> {
                 got
             }
             None => {
+                let asked = Instant::now();
                 let mut len = [0u8; 8];
                 g.broadcast(0, &mut len)?;
                 let len = u64::from_le_bytes(len);
@@ -315,6 +317,9 @@ impl<'w> ReplicaLoader<'w> {
                 if let Some(state) = &mut self.follower_state {
                     *state = advanced(state, batch.step.saturating_add(1));
                 }
+                // This rank's own wait (for its leader's batch and the broadcast), not the
+                // leader's, which the header carried.
+                batch.input_wait_s = asked.elapsed().as_secs_f64();
                 Ok(batch)
             }
         }
