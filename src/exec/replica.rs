@@ -262,13 +262,14 @@ impl<'w> ReplicaLoader<'w> {
     }
 
     /// The next step's batch, the same on every rank of the group (but `input_wait_s`: each
-    /// rank's own wait in this call). Collective over the group (and, on the leader, the
-    /// loader's world).
+    /// rank's own wait in this call, the broadcast's included). Collective over the group (and,
+    /// on the leader, the loader's world).
     pub fn next_batch(&mut self) -> Result<Batch, ExecError> {
         let g = self.group.get();
         match &mut self.leader {
             Some(loader) => {
                 let got = loader.next_batch();
+                let sending = Instant::now();
                 let wire = got.as_ref().map(encode);
                 let mut len = wire.as_ref().map_or(FAILED, |w| w.len() as u64);
                 if super::fault::replica_oversized(loader.world().rank()) {
@@ -279,7 +280,11 @@ impl<'w> ReplicaLoader<'w> {
                 if let Ok(mut wire) = wire {
                     g.broadcast(0, &mut wire)?;
                 }
-                got
+                // The caller waited for the broadcast too.
+                got.map(|mut batch| {
+                    batch.input_wait_s += sending.elapsed().as_secs_f64();
+                    batch
+                })
             }
             None => {
                 let asked = Instant::now();
