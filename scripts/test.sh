@@ -16,6 +16,8 @@ export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 export PROPTEST_RNG_SEED=${PROPTEST_RNG_SEED:-20261130}
 echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
+echo "== the demo's decode-speed scaling (doctests)" >&2
+python3 -m doctest scripts/decode_speed.py
 echo "== cargo build" >&2
 cargo build --workspace --all-targets
 echo "== cargo test" >&2
