@@ -24,6 +24,15 @@ pub struct Outcome {
     pub killed: bool,
 }
 
+/// A job with a faulty rank ended on its own, not zero, within the watchdog's `timeout_s` plus
+/// `margin_s` (launch, the grace period for peers' answers, teardown).
+pub fn assert_ended_within(o: &Outcome, timeout_s: u64, margin_s: u64) {
+    assert!(!o.killed, "the job hung until the test killed it:\n{}", o.stderr);
+    assert_ne!(o.code, Some(0), "the job must fail:\n{}", o.stderr);
+    let limit = Duration::from_secs(timeout_s + margin_s);
+    assert!(o.elapsed < limit, "took {:?}:\n{}", o.elapsed, o.stderr);
+}
+
 /// The collective layer's test driver, `examples/dh-collective-check.rs` (an example, so that
 /// `cargo install` installs only `datahelix`): `cargo test` builds it beside the test binaries.
 /// The HCCL tests need it built with the feature (`cargo build --features hccl --example
