@@ -158,6 +158,12 @@ impl std::ops::Deref for Tensor {
     }
 }
 
+impl std::ops::DerefMut for Tensor {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+}
+
 impl Tensor {
     /// Takes the bytes out of the pool without copying them: the buffer stops counting in the
     /// pool's byte budget (decoding goes on as if it had been dropped) and is freed, not reused,

@@ -263,6 +263,15 @@ impl std::ops::Deref for TensorData {
     }
 }
 
+impl std::ops::DerefMut for TensorData {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            TensorData::Pooled(t) => t,
+            TensorData::Received(v, _) | TensorData::Owned(v) => v,
+        }
+    }
+}
+
 /// One delivered sample.
 pub struct Sample {
     /// Sample id.

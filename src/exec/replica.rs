@@ -17,8 +17,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! A follower's batch arrives in one broadcast of its group (a header, then the tensors);
-//! everything in it is checked before use. An error on the leader reaches its followers as an
+//! A follower's batch arrives in broadcasts of its group: a table (header, ids, shapes, frame
+//! times), then each tensor straight from the leader's buffer into the follower's. Everything
+//! is checked before use, and the tensors' sizes before anything is allocated for them. An error on the leader reaches its followers as an
 //! error naming it instead of a hang. Every rank can say where the run stands
 //! ([`ReplicaLoader::state`]: the leader's state, sent to its followers when the group opens and
 //! advanced with each batch), and a run resumes from it ([`ReplicaLoader::resume`]) with the
@@ -56,11 +57,12 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-/// A batch as bytes: header, entries, skipped ids, then each sample's tensor and its `shape[0]`
-/// frame times (f64).
-fn encode(b: &Batch) -> Vec<u8> {
-    let data: usize = b.samples.iter().map(|s| s.data.len()).sum();
-    let mut out = Vec::with_capacity(HEAD + ENTRY * b.samples.len() + 8 * b.skipped.len() + data);
+/// A batch's table: header, entries, skipped ids, then every sample's `shape[0]` frame times
+/// (f64), in batch order. The tensors follow it on the wire, each in a broadcast of its own
+/// from the leader's buffer into the follower's (no copy into or out of a message).
+fn encode_table(b: &Batch) -> Vec<u8> {
+    let frames: usize = b.samples.iter().map(|s| s.shape[0]).sum();
+    let mut out = Vec::with_capacity(HEAD + ENTRY * b.samples.len() + 8 * (b.skipped.len() + frames));
     for v in [b.step, b.samples.len() as u64, b.skipped.len() as u64] {
         out.extend(v.to_le_bytes());
     }
@@ -80,7 +82,6 @@ fn encode(b: &Batch) -> Vec<u8> {
         out.extend(id.to_le_bytes());
     }
     for s in &b.samples {
-        out.extend_from_slice(&s.data);
         for k in 0..s.shape[0] {
             out.extend(s.timestamps_s.get(k).copied().unwrap_or(f64::NAN).to_le_bytes());
         }
@@ -88,8 +89,10 @@ fn encode(b: &Batch) -> Vec<u8> {
     out
 }
 
-/// The batch of [`encode`]'s bytes, refusing anything inconsistent.
-fn decode(bytes: &[u8]) -> Result<Batch, String> {
+/// The batch of [`encode_table`]'s bytes, its samples' tensors still empty, and each tensor's
+/// length, refusing anything inconsistent and a table announcing more than `max_bytes` (the
+/// table and the tensors together) before anything is allocated for the tensors.
+fn decode_table(bytes: &[u8], max_bytes: u64) -> Result<(Batch, Vec<usize>), String> {
     let bad = |what: &str| format!("the batch the group leader sent is malformed ({what})");
     if bytes.len() < HEAD {
         return Err(bad("shorter than its header"));
@@ -97,23 +100,30 @@ fn decode(bytes: &[u8]) -> Result<Batch, String> {
     let (step, n, n_skipped) = (u64_at(bytes, 0), u64_at(bytes, 8), u64_at(bytes, 16));
     let f = |at| f64::from_bits(u64_at(bytes, at));
     let (input_wait_s, decode_cpu_s, bytes_in) = (f(24), f(32), u64_at(bytes, 40));
-    let table = (n as u128) * ENTRY as u128 + (n_skipped as u128) * 8;
-    if HEAD as u128 + table > bytes.len() as u128 {
+    let entries = (n as u128) * ENTRY as u128 + (n_skipped as u128) * 8;
+    if HEAD as u128 + entries > bytes.len() as u128 {
         return Err(bad("more samples than bytes"));
     }
     let (n, n_skipped) = (n as usize, n_skipped as usize);
-    let mut data_at = HEAD + n * ENTRY + n_skipped * 8;
+    let mut times_at = HEAD + n * ENTRY + n_skipped * 8;
+    // The table's bytes, then each tensor's as it is read.
+    let mut total = bytes.len() as u64;
     let mut samples = Vec::with_capacity(n);
+    let mut lens = Vec::with_capacity(n);
     for k in 0..n {
         let e = HEAD + k * ENTRY;
         let shape = [0, 1, 2, 3].map(|d| u64_at(bytes, e + 8 + 8 * d) as usize);
         let len = u64_at(bytes, e + 48);
         let expect = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
-        if expect != Some(len) || len > (bytes.len() - data_at) as u64 {
+        if expect != Some(len) {
             return Err(bad(&format!("sample {k}'s shape {shape:?} does not match its {len} bytes")));
         }
-        let len = len as usize;
-        let times_at = data_at + len;
+        total = total.saturating_add(len);
+        if total > max_bytes {
+            return Err(bad(&format!(
+                "its tensors come to more than {max_bytes} bytes, the most a batch of this run can hold"
+            )));
+        }
         let times = shape[0].checked_mul(8).filter(|&t| t <= bytes.len() - times_at);
         let Some(times) = times else { return Err(bad(&format!("sample {k}'s frame times are cut off"))) };
         let timestamps_s: Vec<f64> = bytes[times_at..times_at + times]
@@ -127,17 +137,18 @@ fn decode(bytes: &[u8]) -> Result<Batch, String> {
             id: u64_at(bytes, e),
             shape,
             tokens: u64_at(bytes, e + 40),
-            data: TensorData::Owned(bytes[data_at..data_at + len].to_vec()),
+            data: TensorData::Owned(Vec::new()),
             timestamps_s,
             meta: String::new(),
         });
-        data_at = times_at + times;
+        lens.push(len as usize);
+        times_at += times;
     }
-    if data_at != bytes.len() {
+    if times_at != bytes.len() {
         return Err(bad("bytes left over"));
     }
     let skipped = (0..n_skipped).map(|k| u64_at(bytes, HEAD + n * ENTRY + 8 * k)).collect();
-    Ok(Batch { step, samples, skipped, input_wait_s, decode_cpu_s, bytes_in })
+    Ok((Batch { step, samples, skipped, input_wait_s, decode_cpu_s, bytes_in }, lens))
 }
 
 impl<'w> ReplicaLoader<'w> {
@@ -268,17 +279,20 @@ impl<'w> ReplicaLoader<'w> {
         let g = self.group.get();
         match &mut self.leader {
             Some(loader) => {
-                let got = loader.next_batch();
+                let mut got = loader.next_batch();
                 let sending = Instant::now();
-                let wire = got.as_ref().map(encode);
-                let mut len = wire.as_ref().map_or(FAILED, |w| w.len() as u64);
+                let table = got.as_ref().ok().map(encode_table);
+                let mut len = table.as_ref().map_or(FAILED, |t| t.len() as u64);
                 if super::fault::replica_oversized(loader.world().rank()) {
                     len = 1 << 50;
                 }
                 let mut len = len.to_le_bytes();
                 g.broadcast(0, &mut len)?;
-                if let Ok(mut wire) = wire {
-                    g.broadcast(0, &mut wire)?;
+                if let (Some(mut table), Ok(batch)) = (table, got.as_mut()) {
+                    g.broadcast(0, &mut table)?;
+                    for sample in &mut batch.samples {
+                        g.broadcast(0, &mut sample.data)?;
+                    }
                 }
                 // The caller waited for the broadcast too.
                 got.map(|mut batch| {
@@ -302,8 +316,8 @@ impl<'w> ReplicaLoader<'w> {
                     return Err(refuse(
                         &self.group,
                         format!(
-                            "the replica group's rank 0 announced a batch of {len} bytes, more than a batch \
-                             of this run can hold ({} bytes: the global batch at the largest tensor of \
+                            "the replica group's rank 0 announced a batch table of {len} bytes, more than a \
+                             batch of this run can hold ({} bytes: the global batch at the largest tensor of \
                              max_frames and max_pixels); is every rank of the group running the same build \
                              and settings?",
                             self.max_batch_bytes
@@ -313,9 +327,15 @@ impl<'w> ReplicaLoader<'w> {
                 let len = usize::try_from(len).map_err(|_| {
                     refuse(&self.group, format!("the replica group's rank 0 announced {len} bytes"))
                 })?;
-                let mut wire = vec![0u8; len];
-                g.broadcast(0, &mut wire)?;
-                let mut batch = decode(&wire).map_err(|why| refuse(&self.group, why))?;
+                let mut table = vec![0u8; len];
+                g.broadcast(0, &mut table)?;
+                let (mut batch, lens) =
+                    decode_table(&table, self.max_batch_bytes).map_err(|why| refuse(&self.group, why))?;
+                for (sample, len) in batch.samples.iter_mut().zip(lens) {
+                    let mut data = vec![0u8; len];
+                    g.broadcast(0, &mut data)?;
+                    sample.data = TensorData::Owned(data);
+                }
                 if let Some((index, meta)) = &self.meta {
                     meta.fill(index, &mut batch.samples);
                 }
@@ -458,14 +478,15 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_crosses_byte_for_byte() {
+    fn a_batch_table_crosses_whole() {
         let b = batch();
-        let back = decode(&encode(&b)).unwrap();
+        let (back, lens) = decode_table(&encode_table(&b), u64::MAX).unwrap();
         assert_eq!((back.step, back.skipped.clone(), back.bytes_in), (5, vec![11], 99));
         assert_eq!((back.input_wait_s, back.decode_cpu_s), (0.25, 1.5));
+        assert_eq!(lens, [36, 18], "each tensor's length, for the broadcasts that follow");
         for (x, y) in b.samples.iter().zip(&back.samples) {
             assert_eq!((x.id, x.shape, x.tokens), (y.id, y.shape, y.tokens));
-            assert_eq!(&*x.data, &*y.data);
+            assert_eq!(x.timestamps_s, y.timestamps_s);
         }
     }
 
@@ -492,7 +513,8 @@ mod tests {
             decode_cpu_s: 0.0,
             bytes_in: 0,
         };
-        assert_eq!(batch_bound(&cfg), encode(&b).len() as u64 + 3 * 8);
+        let tensors = 3 * 2 * 28 * 56 * 3;
+        assert_eq!(batch_bound(&cfg), (encode_table(&b).len() + tensors + 3 * 8) as u64);
         cfg.params.max_pixels = 10; // below the smallest picture: 28 x 28 counts
         assert_eq!(batch_bound(&cfg), (HEAD + 3 * (ENTRY + 8 + 2 * (784 * 3 + 8))) as u64);
     }
@@ -512,18 +534,24 @@ mod tests {
 
     #[test]
     fn damaged_batches_are_refused() {
-        let wire = encode(&batch());
+        let wire = encode_table(&batch());
+        let decode = |bytes: &[u8]| decode_table(bytes, u64::MAX).map(|_| ());
         for cut in [0, HEAD - 1, HEAD + 10, wire.len() - 1] {
             assert!(decode(&wire[..cut]).is_err(), "cut at {cut}");
         }
         let mut longer = wire.clone();
         longer.push(0);
-        assert!(decode(&longer).err().expect("refused").contains("left over"));
+        assert!(decode(&longer).expect_err("refused").contains("left over"));
         let mut huge = wire.clone();
         huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(decode(&huge).err().expect("refused").contains("more samples"));
+        assert!(decode(&huge).expect_err("refused").contains("more samples"));
+        // Tensors beyond the run's bound are refused before anything is allocated for them.
+        let fits = (wire.len() + 36 + 18) as u64;
+        assert!(decode_table(&wire, fits).is_ok());
+        let over = decode_table(&wire, fits - 1).err().expect("refused");
+        assert!(over.contains("more than"), "{over}");
         let mut shape = wire;
         shape[HEAD + 8..HEAD + 16].copy_from_slice(&1000u64.to_le_bytes());
-        assert!(decode(&shape).err().expect("refused").contains("shape"));
+        assert!(decode(&shape).expect_err("refused").contains("shape"));
     }
 }
