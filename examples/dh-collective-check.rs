@@ -6,7 +6,9 @@
 //! dh-collective-check semantics [--large]   all collectives, zero/uneven/empty sizes, provenance check
 //! dh-collective-check kill --at K           the last rank kills itself (SIGKILL) at step K
 //! dh-collective-check skip --at K           rank 1 skips the all-reduce of step K
+//! dh-collective-check stop --at K [--device] the last rank stops itself (SIGSTOP) at step K
 //! ```
+//! `stop --device` (HCCL only) steps with all-gathers of device buffers instead of all-reduces.
 //! `--backend hccl` (a build with the `hccl` feature) runs the same checks on the HCCL backend.
 //! The watchdog timeout comes from `DATAHELIX_COLLECTIVE_TIMEOUT`.
 
@@ -57,12 +59,13 @@ fn main() {
         "semantics" => semantics(&mut world, args.iter().any(|a| a == "--large")),
         "kill" => kill(world.collective(), at),
         "skip" => skip(world.collective(), at),
+        "stop" if args.iter().any(|a| a == "--device") => stop_device(&world, at),
         "stop" => stop(world.collective(), at),
         "short" => short(world.collective()),
         _ => {
             eprintln!(
                 "usage: dh-collective-check semantics [--large] | kill --at K | skip --at K | stop --at K | \
-                 short [--backend mpi|hccl]"
+                 short [--backend mpi|hccl] [--device]"
             );
             2
         }
@@ -402,6 +405,39 @@ fn stop(c: &dyn Collective, at: u64) -> i32 {
         }
     }
     0
+}
+
+/// [`stop`] with an all-gather of device buffers a step (the HCCL backend's device methods).
+fn stop_device(world: &World, at: u64) -> i32 {
+    #[cfg(feature = "hccl")]
+    if let World::Hccl(h) = world {
+        use datahelix::comm::hccl::DataType;
+        let (rank, n) = (h.rank(), h.size());
+        let (Ok(mut send), Ok(mut recv)) = (h.alloc(8), h.alloc(8 * n)) else {
+            eprintln!("rank {rank}: cannot allocate device memory");
+            return 1;
+        };
+        if let Err(e) = send.write(0, &(rank as u64).to_le_bytes()) {
+            eprintln!("rank {rank}: {e}");
+            return 1;
+        }
+        for step in 0..1000u64 {
+            h.set_step(Some(step));
+            if step == at && rank == n - 1 {
+                eprintln!("rank {rank}: stopping myself (SIGSTOP) at step {step}");
+                // SAFETY: raise(3) with a valid signal number has no memory effects.
+                unsafe { libc::raise(libc::SIGSTOP) };
+            }
+            if let Err(e) = h.all_gather_device(&send, &mut recv, 1, DataType::U64) {
+                eprintln!("rank {rank}: all_gather_device: {e}");
+                return 1;
+            }
+        }
+        return 0;
+    }
+    eprintln!("dh-collective-check: stop --device needs --backend hccl (a build with the hccl feature)");
+    let _ = (world, at);
+    2
 }
 
 /// Rank 0 sends rank 1 half of what rank 1 expects, in an all-to-all-v that goes point to

@@ -191,6 +191,29 @@ fn stopped_rank_is_named_by_the_others() {
     assert!(o.stderr.contains("arrived (also waiting in it"), "{}", o.stderr);
 }
 
+/// The same for the device-buffer methods (`all_gather_device`): they waited in HCCL's
+/// synchronisation and could not answer; now they poll as the host collectives do.
+#[test]
+fn stopped_rank_is_named_in_a_device_collective() {
+    let t = TIMEOUT_S.to_string();
+    let o = mpirun(
+        3,
+        &driver(),
+        &["stop", "--at", "4", "--backend", "hccl", "--device"],
+        &env(&[("DATAHELIX_COLLECTIVE_TIMEOUT", &t)]),
+        Duration::from_secs(TIMEOUT_S + 60),
+    );
+    assert_ended_within(&o, TIMEOUT_S, MARGIN_S);
+    assert!(o.stderr.contains("stopping myself"), "{}", o.stderr);
+    assert!(o.stderr.contains("all_gather #4 (step 4) (hccl) did not complete"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("rank 2: NOT ARRIVED: no answer within"),
+        "the stopped rank is not named:\n{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("arrived (also waiting in it"), "{}", o.stderr);
+}
+
 #[test]
 fn killed_rank_ends_the_job() {
     let t = TIMEOUT_S.to_string();

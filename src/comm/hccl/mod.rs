@@ -195,8 +195,10 @@ impl HcclCollective {
         self.comm.all_to_all_v(&self.stream, send, recv, layout, dtype)
     }
 
-    /// All-to-all-v of device buffers (rebalancing decoded tensors on device), synchronised with
-    /// [`Config::timeout`]. A failure at synchronisation leaves the communicator unusable.
+    /// All-to-all-v of device buffers (rebalancing decoded tensors on device). Waits as the host
+    /// collectives do: answering the watchdog, and past [`Config::timeout`] naming the ranks that
+    /// have not arrived and ending the job. A failure is returned; it leaves the communicator
+    /// unusable.
     pub fn all_to_all_v_device(
         &self,
         send: &DeviceBuffer,
@@ -204,14 +206,17 @@ impl HcclCollective {
         layout: AllToAllVLayout<'_>,
         dtype: DataType,
     ) -> raw::Result<()> {
-        self.enter(CollectiveOp::AllToAllV);
-        let r =
-            self.all_to_all_v_device_async(send, recv, layout, dtype).and_then(|f| f.wait(self.timeout()));
+        let site = self.enter(CollectiveOp::AllToAllV);
+        let bytes = send.len() + recv.len();
+        let r = self
+            .all_to_all_v_device_async(send, recv, layout, dtype)
+            .and_then(|pending| self.settle_device(site, bytes, pending));
         watchdog::note_leave();
         r
     }
 
-    /// All-gather of `count` elements per rank between device buffers, synchronised.
+    /// All-gather of `count` elements per rank between device buffers; waits and fails as
+    /// [`HcclCollective::all_to_all_v_device`].
     pub fn all_gather_device(
         &self,
         send: &DeviceBuffer,
@@ -219,9 +224,12 @@ impl HcclCollective {
         count: u64,
         dtype: DataType,
     ) -> raw::Result<()> {
-        self.enter(CollectiveOp::AllGather);
-        let r =
-            self.comm.all_gather(&self.stream, send, recv, count, dtype).and_then(|f| f.wait(self.timeout()));
+        let site = self.enter(CollectiveOp::AllGather);
+        let bytes = send.len() + recv.len();
+        let r = self
+            .comm
+            .all_gather(&self.stream, send, recv, count, dtype)
+            .and_then(|pending| self.settle_device(site, bytes, pending));
         watchdog::note_leave();
         r
     }
@@ -308,21 +316,45 @@ impl HcclCollective {
     }
 
     /// Waits for the collective `site` enqueued on the stream, moving `bytes` in and out of this
-    /// rank, under the watchdog of the MPI backend: polls the stream (`aclrtStreamQuery`),
-    /// answering peers' "where are you?" over the bootstrap world meanwhile, and past the timeout
-    /// asks them where they are, prints which have not arrived and ends the job. A failure ends
-    /// the job too. Without MPI (one rank) it synchronises with the timeout.
+    /// rank, under the watchdog of the MPI backend ([`HcclCollective::poll`]). A failure ends the
+    /// job too. Without MPI (one rank) it synchronises with the timeout.
     fn settle(&self, site: Site, bytes: usize) {
-        let Some(world) = &self.mpi else {
-            if let Err(e) = self.stream.synchronize(self.timeout()) {
-                self.fail(site, &e);
+        if let Some(world) = &self.mpi {
+            self.poll(world, site, bytes, || self.stream.query().unwrap_or_else(|e| self.fail(site, &e)));
+        }
+        // Finished: a runtime that reports a task's failure only at synchronisation says it here.
+        if let Err(e) = self.stream.synchronize(self.timeout()) {
+            self.fail(site, &e);
+        }
+    }
+
+    /// [`HcclCollective::settle`] for a device-buffer collective the caller enqueued: a failure
+    /// is returned, not the end of the job (the timeout still ends it, naming the late ranks).
+    fn settle_device(&self, site: Site, bytes: usize, pending: InFlight<'_>) -> raw::Result<()> {
+        let Some(world) = &self.mpi else { return pending.wait(self.timeout()) };
+        let mut failed = None;
+        self.poll(world, site, bytes, || {
+            pending.is_done().unwrap_or_else(|e| {
+                failed = Some(e);
+                true
+            })
+        });
+        match failed {
+            Some(e) => {
+                pending.forget();
+                Err(e)
             }
-            return;
-        };
+            None => pending.wait(self.timeout()),
+        }
+    }
+
+    /// Polls `complete` until it holds, answering peers' "where are you?" over the bootstrap
+    /// world meanwhile; past the timeout asks them where they are, prints which have not arrived
+    /// and ends the job (returning only if `complete` turned true during the grace period).
+    fn poll(&self, world: &MpiWorld, site: Site, bytes: usize, mut complete: impl FnMut() -> bool) {
         let start = Instant::now();
         let deadline = start + self.config.timeout;
         let spin = mpi::spin_for(bytes);
-        let mut complete = || self.stream.query().unwrap_or_else(|e| self.fail(site, &e));
         let mut polls: u32 = 0;
         while !complete() {
             polls = polls.wrapping_add(1);
@@ -339,10 +371,6 @@ impl HcclCollective {
             if now - start > spin {
                 std::thread::sleep(mpi::LONG_WAIT_PAUSE);
             }
-        }
-        // Finished: a runtime that reports a task's failure only at synchronisation says it here.
-        if let Err(e) = self.stream.synchronize(self.timeout()) {
-            self.fail(site, &e);
         }
     }
 
