@@ -100,7 +100,8 @@ pub struct TrainArgs {
     /// Groups of this many consecutive ranks (a tensor-parallel group) train on the same
     /// batches, decoded once by the group's first rank and broadcast to the others (MPI only).
     /// Records and summary are then the data-parallel view: one rank per group (`params.ranks`
-    /// counts groups), the other ranks' input waits under `followers`.
+    /// counts groups; its accelerator step the slowest of the group's), the other ranks' input
+    /// waits under `followers`.
     #[arg(long, default_value_t = 1)]
     pub replica_ranks: usize,
     /// Collective backend: `mpi`, or `hccl` (built with `--features hccl`; tensors move through
@@ -348,6 +349,8 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         spans.extend(s);
     }
     records.sort_by_key(|r| (r.step, r.rank));
+    let steps_set_by_followers =
+        slowest_member_sets_the_step(&mut records, &follower_records, group, args.warmup);
     let (workers_per_rank, cores_per_rank) = budget_per_rank(cores, ranks, args.workers);
     let usable = usable_cores(&cores_per_rank, &workers_per_rank);
     let shape = RunShape { warmup: args.warmup, ranks, cores: usable, lookahead: args.lookahead as u64 };
@@ -388,6 +391,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     let mut doc = serde_json::to_value(&result).map_err(fail)?;
     if group > 1 {
         doc["followers"] = followers_json(&follower_records, args.warmup);
+        doc["followers"]["steps_set_by_followers"] = json!(steps_set_by_followers);
     }
     let text = serde_json::to_string_pretty(&doc).map_err(fail)?;
     match &args.out {
@@ -408,6 +412,36 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         s.blind_efficiency
     );
     Ok(0)
+}
+
+/// A replica group's accelerator step is as long as its slowest rank's (they compute one step
+/// together, and the step's gradient sync waits for every rank): each group's record (`records`,
+/// ranks numbered by group) takes the longest `gpu_s` among its group's records of that step,
+/// with its `accel` terms, so that the bound sees the noise that held the step. Returns how
+/// many of the measured group-steps (from `warmup` on) a follower's accelerator set.
+fn slowest_member_sets_the_step(
+    records: &mut [RankStep],
+    followers: &[RankStep],
+    group: usize,
+    warmup: u64,
+) -> u64 {
+    let mut slowest: std::collections::HashMap<(u32, u64), &RankStep> = std::collections::HashMap::new();
+    for f in followers {
+        let key = (f.rank / group.max(1) as u32, f.step);
+        let best = slowest.entry(key).or_insert(f);
+        if f.gpu_s > best.gpu_s {
+            *best = f;
+        }
+    }
+    let mut set = 0;
+    for r in records.iter_mut() {
+        if let Some(f) = slowest.get(&(r.rank, r.step)).filter(|f| f.gpu_s > r.gpu_s) {
+            r.gpu_s = f.gpu_s;
+            r.accel = f.accel;
+            set += u64::from(r.step >= warmup);
+        }
+    }
+    set
 }
 
 /// The input waits of the replica groups' other ranks over the measured steps (they wait for
@@ -444,4 +478,28 @@ fn transfer_json(model: &str, t: &crate::plan::TransferCost) -> serde_json::Valu
         v["node_of"] = json!(t.node_of);
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(rank: u32, step: u64, gpu_s: f64) -> RankStep {
+        let accel = Some(crate::metrics::AccelTerms { fixed_s: 1.0, work_s: 0.0, noise: gpu_s });
+        RankStep { rank, step, gpu_s, accel, ..RankStep::default() }
+    }
+
+    /// Groups of 2 (world ranks 0-3; records numbered by group): a follower slower than its
+    /// leader sets the group's step, with its noise; a faster one does not; warm-up steps are
+    /// raised but not counted.
+    #[test]
+    fn a_groups_step_is_its_slowest_ranks() {
+        let mut records = vec![step(0, 0, 1.0), step(1, 0, 1.0), step(0, 1, 1.0), step(1, 1, 1.3)];
+        let followers = [step(1, 0, 1.2), step(3, 0, 0.9), step(1, 1, 1.1), step(3, 1, 1.4)];
+        let set = slowest_member_sets_the_step(&mut records, &followers, 2, 1);
+        let gpu: Vec<f64> = records.iter().map(|r| r.gpu_s).collect();
+        assert_eq!(gpu, [1.2, 1.0, 1.1, 1.4]);
+        assert_eq!(records[3].accel.map(|a| a.noise), Some(1.4), "the slowest rank's terms");
+        assert_eq!(set, 2, "step 1's two groups, both set by followers");
+    }
 }
