@@ -230,10 +230,11 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     // why at once, before the world ends: ending it waits for the other ranks, and a rank that
     // only learned of another's failure and exits first has the launcher stop that rank before
     // it could name its own cause (a dataset folder that is not there, say).
-    let mut driver = match Driver::open(world, cfg, state.as_ref(), group) {
+    let mut driver = match Driver::open_or_give_back(world, cfg, state.as_ref(), group) {
         Ok(driver) => driver,
-        Err(e) => {
+        Err((e, world)) => {
             eprintln!("datahelix: {e}");
+            drop(world);
             return Err(CliError::said(EXIT_USAGE));
         }
     };

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::collective::Collective;
 use crate::comm::World;
-use crate::exec::loader::{Accelerator, Batch, Counters, ExecError, Loader, LoaderConfig};
+use crate::exec::loader::{Accelerator, Batch, Counters, ExecError, Loader, LoaderConfig, WorldRef};
 use crate::exec::replica::ReplicaLoader;
 use crate::exec::state::LoaderState;
 use crate::metrics::Span;
@@ -33,26 +33,43 @@ impl Driver {
         resume: Option<&LoaderState>,
         replica_ranks: usize,
     ) -> Result<Driver, ExecError> {
+        Driver::open_or_give_back(world, cfg, resume, replica_ranks).map_err(|(e, _world)| e)
+    }
+
+    /// [`Driver::open`] that hands `world` back where it failed with the world still whole
+    /// ([`Loader::open_or_give_back`]): the caller says why before it ends the world, so that
+    /// every rank's reason is printed before the first rank out can exit.
+    pub(crate) fn open_or_give_back(
+        world: World,
+        cfg: LoaderConfig,
+        resume: Option<&LoaderState>,
+        replica_ranks: usize,
+    ) -> Result<Driver, (ExecError, Option<Box<World>>)> {
         if replica_ranks <= 1 {
-            return match resume {
-                Some(state) => Loader::resume(world, cfg, state),
-                None => Loader::new(world, cfg),
-            }
-            .map(|loader| Driver::Plain(Box::new(loader)));
+            return Loader::open_or_give_back(world.into(), cfg, resume)
+                .map(|loader| Driver::Plain(Box::new(loader)))
+                .map_err(|(e, world)| (e, world.and_then(WorldRef::into_owned)));
         }
         let World::Mpi(mpi) = &world else {
-            return Err(ExecError::Invalid(format!(
-                "replica groups of {replica_ranks} ranks need MPI: start the job with mpirun (or srun), \
-                 or set replica_ranks to 1"
-            )));
+            return Err((
+                ExecError::Invalid(format!(
+                    "replica groups of {replica_ranks} ranks need MPI: start the job with mpirun (or \
+                     srun), or set replica_ranks to 1"
+                )),
+                Some(Box::new(world)),
+            ));
         };
-        let (dp, group) = ReplicaLoader::split_world(mpi, replica_ranks)?;
-        let (dp, group) = (dp.map(World::Mpi), World::Mpi(group));
-        let replica = match resume {
-            Some(state) => ReplicaLoader::resume(dp, group, cfg, state),
-            None => ReplicaLoader::new(dp, group, cfg),
-        }?;
-        Ok(Driver::Replica { replica: Box::new(replica), world: Box::new(world) })
+        let opened = ReplicaLoader::split_world(mpi, replica_ranks).and_then(|(dp, group)| {
+            let (dp, group) = (dp.map(World::Mpi), World::Mpi(group));
+            match resume {
+                Some(state) => ReplicaLoader::resume(dp, group, cfg, state),
+                None => ReplicaLoader::new(dp, group, cfg),
+            }
+        });
+        match opened {
+            Ok(replica) => Ok(Driver::Replica { replica: Box::new(replica), world: Box::new(world) }),
+            Err(e) => Err((e, Some(Box::new(world)))),
+        }
     }
 
     /// The loader that decodes on this rank: `None` on a replica group's other ranks.

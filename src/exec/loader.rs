@@ -348,6 +348,14 @@ impl WorldRef<'_> {
             WorldRef::Owned(w) => w.collective(),
         }
     }
+
+    /// The world, when owned.
+    pub(crate) fn into_owned(self) -> Option<Box<World>> {
+        match self {
+            WorldRef::Borrowed(_) => None,
+            WorldRef::Owned(w) => Some(w),
+        }
+    }
 }
 
 impl<'w> From<&'w dyn Collective> for WorldRef<'w> {
@@ -579,11 +587,37 @@ impl<'w> Loader<'w> {
         cfg: LoaderConfig,
         resume: Option<&LoaderState>,
     ) -> Result<Loader<'w>, ExecError> {
-        let rank = world.get().rank();
-        reprobe_changed_files(world.get(), &cfg.data, cfg.index_dir.as_deref())?;
+        Loader::open_or_give_back(world, cfg, resume).map_err(|(e, _world)| e)
+    }
+
+    /// [`Loader::new`] / [`Loader::resume`] that hands `world` back when the job's checks fail
+    /// (a rank's dataset or state unusable, ranks running different jobs): every rank fails
+    /// there together, and a caller that owns its world says why before it ends the world
+    /// (whose closing barrier lets the first rank out exit, and the launcher stop the others
+    /// before they could print).
+    pub(crate) fn open_or_give_back(
+        world: WorldRef<'w>,
+        cfg: LoaderConfig,
+        resume: Option<&LoaderState>,
+    ) -> Result<Loader<'w>, (ExecError, Option<WorldRef<'w>>)> {
+        match Loader::check_job(world.get(), &cfg, resume) {
+            Ok(ds) => Loader::start(world, cfg, ds).map_err(|e| (e, None)),
+            Err(e) => Err((e, Some(world))),
+        }
+    }
+
+    /// The checks every rank passes or fails together: files changed since indexing re-probed,
+    /// the dataset (and the state to resume) opened, the job's fingerprint compared. Collective.
+    fn check_job(
+        world: &dyn Collective,
+        cfg: &LoaderConfig,
+        resume: Option<&LoaderState>,
+    ) -> Result<OpenedDataset, ExecError> {
+        let rank = world.rank();
+        reprobe_changed_files(world, &cfg.data, cfg.index_dir.as_deref())?;
         // Every rank reaches the fingerprint's all-gather, also one whose dataset or state is
         // unusable: the others then stop at once too, instead of waiting for it in a collective.
-        let opened = Self::open_dataset(&cfg, resume);
+        let opened = Self::open_dataset(cfg, resume);
         let mine = match &opened {
             Ok(ds) => Fingerprint::of(&JobFacts {
                 manifest_sha256: ds.index.manifest_sha256(),
@@ -607,9 +641,16 @@ impl<'w> Loader<'w> {
             }),
             Err(_) => Fingerprint::unready(),
         };
-        let verdict = fingerprint::check_same_job(world.get(), &mine);
+        let verdict = fingerprint::check_same_job(world, &mine);
         let ds = opened?;
         verdict.map_err(|e| ExecError::Invalid(format!("rank {rank}: {e}")))?;
+        Ok(ds)
+    }
+
+    /// The rest of opening, once [`Loader::check_job`] passed: the transfer model, this rank's
+    /// CPU group, decode pool and step engine. Collective.
+    fn start(world: WorldRef<'w>, cfg: LoaderConfig, ds: OpenedDataset) -> Result<Loader<'w>, ExecError> {
+        let rank = world.get().rank();
         let OpenedDataset { index, ids, dataset, first_step, .. } = ds;
         let mut cfg = cfg;
         if cfg.measure_transfer {
