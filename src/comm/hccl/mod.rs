@@ -339,12 +339,12 @@ impl HcclCollective {
                 true
             })
         });
+        let waited = pending.wait(self.timeout());
+        // The query's error first: a synchronisation after a failed task may only repeat it
+        // (it is still awaited, so that no task outlives the buffers the caller may now free).
         match failed {
-            Some(e) => {
-                pending.forget();
-                Err(e)
-            }
-            None => pending.wait(self.timeout()),
+            Some(e) => Err(e),
+            None => waited,
         }
     }
 
