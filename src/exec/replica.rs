@@ -19,8 +19,9 @@
 //!
 //! A follower's batch arrives in broadcasts of its group: a table (header, ids, shapes, frame
 //! times), then each tensor straight from the leader's buffer into the follower's. Everything
-//! is checked before use, and the tensors' sizes before anything is allocated for them. An error on the leader reaches its followers as an
-//! error naming it instead of a hang. Every rank can say where the run stands
+//! is checked before use, and the tensors' sizes before anything is allocated for them. An
+//! error on the leader reaches its followers as an error naming it instead of a hang. Every
+//! rank can say where the run stands
 //! ([`ReplicaLoader::state`]: the leader's state, sent to its followers when the group opens and
 //! advanced with each batch), and a run resumes from it ([`ReplicaLoader::resume`]) with the
 //! same or another world size and group size.
