@@ -171,41 +171,33 @@ fn skipped_collective_ends_the_job() {
 /// now the ranks waiting in it poll and answer the watchdog, and a stopped rank is named.
 #[test]
 fn stopped_rank_is_named_by_the_others() {
-    let t = TIMEOUT_S.to_string();
-    let o = mpirun(
-        3,
-        &driver(),
-        &["stop", "--at", "4", "--backend", "hccl"],
-        &env(&[("DATAHELIX_COLLECTIVE_TIMEOUT", &t)]),
-        Duration::from_secs(TIMEOUT_S + 60),
-    );
-    assert_ended_within(&o, TIMEOUT_S, MARGIN_S);
-    assert!(o.stderr.contains("stopping myself"), "{}", o.stderr);
-    assert!(o.stderr.contains("all_reduce #4 (step 4) (hccl) did not complete"), "{}", o.stderr);
-    assert!(
-        o.stderr.contains("rank 2: NOT ARRIVED: no answer within"),
-        "the stopped rank is not named:\n{}",
-        o.stderr
-    );
-    // The other waiting rank answered from inside the same HCCL collective.
-    assert!(o.stderr.contains("arrived (also waiting in it"), "{}", o.stderr);
+    assert_stopped_rank_named(&[], "all_reduce");
 }
 
 /// The same for the device-buffer methods (`all_gather_device`): they waited in HCCL's
 /// synchronisation and could not answer; now they poll as the host collectives do.
 #[test]
 fn stopped_rank_is_named_in_a_device_collective() {
+    assert_stopped_rank_named(&["--device"], "all_gather");
+}
+
+/// `dh-collective-check stop --at 4` on 3 ranks (plus `extra`): the job ends within the timeout,
+/// the others' report of their `op` #4 names the stopped rank 2, and the other waiting rank
+/// answered from inside the same HCCL collective.
+fn assert_stopped_rank_named(extra: &[&str], op: &str) {
     let t = TIMEOUT_S.to_string();
+    let args = [&["stop", "--at", "4", "--backend", "hccl"], extra].concat();
     let o = mpirun(
         3,
         &driver(),
-        &["stop", "--at", "4", "--backend", "hccl", "--device"],
+        &args,
         &env(&[("DATAHELIX_COLLECTIVE_TIMEOUT", &t)]),
         Duration::from_secs(TIMEOUT_S + 60),
     );
     assert_ended_within(&o, TIMEOUT_S, MARGIN_S);
     assert!(o.stderr.contains("stopping myself"), "{}", o.stderr);
-    assert!(o.stderr.contains("all_gather #4 (step 4) (hccl) did not complete"), "{}", o.stderr);
+    let report = format!("{op} #4 (step 4) (hccl) did not complete");
+    assert!(o.stderr.contains(&report), "no {report:?} in:\n{}", o.stderr);
     assert!(
         o.stderr.contains("rank 2: NOT ARRIVED: no answer within"),
         "the stopped rank is not named:\n{}",
