@@ -64,8 +64,8 @@ fn main() {
         "short" => short(world.collective()),
         _ => {
             eprintln!(
-                "usage: dh-collective-check semantics [--large] | kill --at K | skip --at K | stop --at K | \
-                 short [--backend mpi|hccl] [--device]"
+                "usage: dh-collective-check semantics [--large] | kill --at K | skip --at K | stop --at K \
+                 [--device] | short [--backend mpi|hccl]"
             );
             2
         }
