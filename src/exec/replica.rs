@@ -90,10 +90,11 @@ fn encode_table(b: &Batch) -> Vec<u8> {
     out
 }
 
-/// The batch of [`encode_table`]'s bytes, its samples' tensors still empty, and each tensor's
-/// length, refusing anything inconsistent and a table announcing more than `max_bytes` (the
-/// table and the tensors together) before anything is allocated for the tensors.
-fn decode_table(bytes: &[u8], max_bytes: u64) -> Result<(Batch, Vec<usize>), String> {
+/// The batch of [`encode_table`]'s bytes, its samples' tensors still empty (each will be its
+/// shape's product of bytes, checked here), refusing anything inconsistent and a table
+/// announcing more than `max_bytes` (the table and the tensors together) before anything is
+/// allocated for the tensors.
+fn decode_table(bytes: &[u8], max_bytes: u64) -> Result<Batch, String> {
     let bad = |what: &str| format!("the batch the group leader sent is malformed ({what})");
     if bytes.len() < HEAD {
         return Err(bad("shorter than its header"));
@@ -110,7 +111,6 @@ fn decode_table(bytes: &[u8], max_bytes: u64) -> Result<(Batch, Vec<usize>), Str
     // The table's bytes, then each tensor's as it is read.
     let mut total = bytes.len() as u64;
     let mut samples = Vec::with_capacity(n);
-    let mut lens = Vec::with_capacity(n);
     for k in 0..n {
         let e = HEAD + k * ENTRY;
         let shape = [0, 1, 2, 3].map(|d| u64_at(bytes, e + 8 + 8 * d) as usize);
@@ -142,14 +142,13 @@ fn decode_table(bytes: &[u8], max_bytes: u64) -> Result<(Batch, Vec<usize>), Str
             timestamps_s,
             meta: String::new(),
         });
-        lens.push(len as usize);
         times_at += times;
     }
     if times_at != bytes.len() {
         return Err(bad("bytes left over"));
     }
     let skipped = (0..n_skipped).map(|k| u64_at(bytes, HEAD + n * ENTRY + 8 * k)).collect();
-    Ok((Batch { step, samples, skipped, input_wait_s, decode_cpu_s, bytes_in }, lens))
+    Ok(Batch { step, samples, skipped, input_wait_s, decode_cpu_s, bytes_in })
 }
 
 impl<'w> ReplicaLoader<'w> {
@@ -330,10 +329,10 @@ impl<'w> ReplicaLoader<'w> {
                 })?;
                 let mut table = vec![0u8; len];
                 g.broadcast(0, &mut table)?;
-                let (mut batch, lens) =
+                let mut batch =
                     decode_table(&table, self.max_batch_bytes).map_err(|why| refuse(&self.group, why))?;
-                for (sample, len) in batch.samples.iter_mut().zip(lens) {
-                    let mut data = vec![0u8; len];
+                for sample in &mut batch.samples {
+                    let mut data = vec![0u8; sample.shape.iter().product()];
                     g.broadcast(0, &mut data)?;
                     sample.data = TensorData::Owned(data);
                 }
@@ -481,7 +480,8 @@ mod tests {
     #[test]
     fn a_batch_table_crosses_whole() {
         let b = batch();
-        let (back, lens) = decode_table(&encode_table(&b), u64::MAX).unwrap();
+        let back = decode_table(&encode_table(&b), u64::MAX).unwrap();
+        let lens: Vec<usize> = back.samples.iter().map(|s| s.shape.iter().product()).collect();
         assert_eq!((back.step, back.skipped.clone(), back.bytes_in), (5, vec![11], 99));
         assert_eq!((back.input_wait_s, back.decode_cpu_s), (0.25, 1.5));
         assert_eq!(lens, [36, 18], "each tensor's length, for the broadcasts that follow");
