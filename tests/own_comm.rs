@@ -151,8 +151,9 @@ fn a_c_program_sets_replica_ranks_and_resumes_from_a_followers_state() {
 }
 
 /// A leader that announces a 2^50-byte batch (`DATAHELIX_FAULT=replica-oversized@0`, debug
-/// builds) is refused by its follower before anything is allocated, and the job ends in
-/// seconds with the follower's error (the leader is left in its broadcast until the watchdog).
+/// builds), or a 2^50-byte tensor sent ahead of its batch (`replica-ahead-oversized@0`), is
+/// refused by its follower before anything is allocated, and the job ends in seconds with the
+/// follower's error (the leader is left in its broadcast until the watchdog).
 #[test]
 fn a_followers_leader_announcing_a_huge_batch_is_refused_before_allocating() {
     if !cfg!(debug_assertions) {
@@ -161,15 +162,20 @@ fn a_followers_leader_announcing_a_huge_batch_is_refused_before_allocating() {
     }
     let example = target_dir().join("examples/replicas");
     assert!(example.exists(), "{} not built (cargo test builds examples)", example.display());
-    let started = std::time::Instant::now();
-    let env = [("DATAHELIX_FAULT", "replica-oversized@0"), ("DATAHELIX_COLLECTIVE_TIMEOUT", "10")];
-    let o = mpirun_with(&example, "helix", &env);
-    let took = started.elapsed();
-    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(!o.status.success(), "the job finished as if nothing were wrong:\n{text}");
-    assert!(text.contains("announced a batch table of 1125899906842624 bytes"), "no refusal in:\n{text}");
-    assert!(took < Duration::from_secs(90), "took {took:?}");
-    eprintln!("refused in {took:.1?}");
+    for (fault, refusal) in [
+        ("replica-oversized@0", "announced a batch table of 1125899906842624 bytes"),
+        ("replica-ahead-oversized@0", "bytes of tensors ahead for step"),
+    ] {
+        let started = std::time::Instant::now();
+        let env = [("DATAHELIX_FAULT", fault), ("DATAHELIX_COLLECTIVE_TIMEOUT", "10")];
+        let o = mpirun_with(&example, "helix", &env);
+        let took = started.elapsed();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(!o.status.success(), "{fault}: the job finished as if nothing were wrong:\n{text}");
+        assert!(text.contains(refusal), "{fault}: no refusal in:\n{text}");
+        assert!(took < Duration::from_secs(90), "{fault}: took {took:?}");
+        eprintln!("{fault}: refused in {took:.1?}");
+    }
 }
 
 /// Pairs of ranks (`batch STEP RANK GROUP LEADS HASH ids` lines) hold byte-identical batches,

@@ -448,6 +448,9 @@ fn replica_groups_train_the_data_parallel_view() {
     // some of the 10 measured group-steps are a follower's (deterministic: seed 0).
     let set = f["steps_set_by_followers"].as_u64().expect("steps_set_by_followers");
     assert!((1..=10).contains(&set), "steps set by followers: {set} of 10\n{f}");
+    // The followers' tensors cross while the step before trains, the rest with their batch.
+    let bytes = ["tensor_bytes_ahead", "tensor_bytes_with_batch"].map(|k| f[k].as_u64().expect(k));
+    assert!(bytes[0] > 0, "no tensor was sent ahead of its batch: {f}");
     assert!(groups["summary"]["throughput"].as_f64().unwrap() > 0.0);
 
     // Groups that do not divide the job: refused on every rank before anything opens.

@@ -330,7 +330,8 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
 
     // Gather every rank's records (and spans) on every rank; rank 0 writes. The loader stays
     // open until then (its drop closes its communicators, after every rank's last collective).
-    let mine = serde_json::to_vec(&(records, spans, driver.leads())).map_err(fail)?;
+    let bytes_ahead = driver.replica_bytes().filter(|_| !driver.leads());
+    let mine = serde_json::to_vec(&(records, spans, driver.leads(), bytes_ahead)).map_err(fail)?;
     // A rank's records and spans as JSON: a generous bound (a long traced run is tens of MB).
     let all = driver.world().all_gather_v_vec(&mine, 1 << 31).map_err(fail)?;
     if rank != 0 {
@@ -339,8 +340,14 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     let mut records: Vec<RankStep> = Vec::new();
     let mut follower_records: Vec<RankStep> = Vec::new();
     let mut spans: Vec<Span> = Vec::new();
+    // The followers' batch tensor bytes: [received ahead of their batch, with it].
+    let mut follower_bytes = [0u64; 2];
     for block in all {
-        let (r, s, leads): (Vec<RankStep>, Vec<Span>, bool) = serde_json::from_slice(&block).map_err(fail)?;
+        type Block = (Vec<RankStep>, Vec<Span>, bool, Option<[u64; 2]>);
+        let (r, s, leads, bytes): Block = serde_json::from_slice(&block).map_err(fail)?;
+        if let Some(b) = bytes {
+            follower_bytes = [0, 1].map(|k| follower_bytes[k] + b[k]);
+        }
         if leads {
             // The data-parallel view: the leader of a group is its rank `global / group`.
             records.extend(r.into_iter().map(|x| RankStep { rank: x.rank / group as u32, ..x }));
@@ -393,6 +400,8 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     if group > 1 {
         doc["followers"] = followers_json(&follower_records, args.warmup);
         doc["followers"]["steps_set_by_followers"] = json!(steps_set_by_followers);
+        doc["followers"]["tensor_bytes_ahead"] = json!(follower_bytes[0]);
+        doc["followers"]["tensor_bytes_with_batch"] = json!(follower_bytes[1]);
     }
     let text = serde_json::to_string_pretty(&doc).map_err(fail)?;
     match &args.out {

@@ -140,6 +140,15 @@ impl Driver {
         }
     }
 
+    /// With replica groups, [`ReplicaLoader::delivered_bytes`]: the batches' tensor bytes that
+    /// reached the group ahead of their batch, and with it.
+    pub(crate) fn replica_bytes(&self) -> Option<[u64; 2]> {
+        match self {
+            Driver::Plain(_) => None,
+            Driver::Replica { replica, .. } => Some(replica.delivered_bytes()),
+        }
+    }
+
     /// Where the run stands (the same on every rank of a replica group).
     pub(crate) fn state(&self) -> LoaderState {
         match self {

@@ -7,7 +7,9 @@
 //! - `truncated`: the header announces more payload than the message holds;
 //! - `stale`: the header names an earlier step;
 //! - `replica-oversized` ([`replica_oversized`]): a replica group's leader announces its batch
-//!   to its group as 2⁵⁰ bytes.
+//!   to its group as 2⁵⁰ bytes;
+//! - `replica-ahead-oversized` (the same function): a replica group's leader announces the
+//!   first tensor it sends ahead of its batch as 2⁵⁰ bytes.
 //!
 //! `tests/peer_faults.rs` checks that each one ends the job on every rank with an error naming
 //! the rank, the step and what was wrong, without a huge allocation or a hang. Release builds
@@ -50,22 +52,24 @@ pub(crate) fn injected(rank: usize) -> Option<Fault> {
     }
 }
 
-/// Whether this rank, the leader of a replica group, announces its next batch to its group as
-/// 2⁵⁰ bytes (`DATAHELIX_FAULT=replica-oversized@RANK`, RANK in the leaders' world), once per
-/// process: its followers must refuse the length before allocating (`tests/own_comm.rs`).
-pub(crate) fn replica_oversized(rank: usize) -> bool {
+/// Whether this rank, the leader of a replica group, announces what it sends next to its group
+/// as 2⁵⁰ bytes, once per process: its batch (`kind` `replica-oversized`) or a tensor sent
+/// ahead of it (`replica-ahead-oversized`), as `DATAHELIX_FAULT=KIND@RANK` asks (RANK in the
+/// leaders' world). Its followers must refuse the length before allocating
+/// (`tests/own_comm.rs`).
+pub(crate) fn replica_oversized(kind: &str, rank: usize) -> bool {
     #[cfg(debug_assertions)]
     {
         use std::sync::atomic::{AtomicBool, Ordering};
         static FIRED: AtomicBool = AtomicBool::new(false);
         let Ok(spec) = std::env::var("DATAHELIX_FAULT") else { return false };
         spec.split_once('@')
-            .is_some_and(|(kind, at)| kind == "replica-oversized" && at.parse::<usize>().ok() == Some(rank))
+            .is_some_and(|(asked, at)| asked == kind && at.parse::<usize>().ok() == Some(rank))
             && !FIRED.swap(true, Ordering::SeqCst)
     }
     #[cfg(not(debug_assertions))]
     {
-        let _ = rank;
+        let _ = (kind, rank);
         false
     }
 }

@@ -836,8 +836,23 @@ impl<'w> Loader<'w> {
     /// `launched`) on `accel`: plan ahead, ship near the step's end, wait, report. For drivers
     /// that launch the step themselves (the C ABI's `dh_loader_step`).
     pub fn finish_step(&mut self, accel: &mut dyn Accelerator, launched: Instant) -> Result<(), ExecError> {
+        self.finish_step_then(accel, launched, |_, _| Ok(()))
+    }
+
+    /// [`Loader::finish_step`], calling `after(self, ok)` once planning ahead and again once
+    /// shipping are over (`ok`: whether that call succeeded; its error is returned after
+    /// `after` ran): where a replica group's leader sends its followers what it holds of the
+    /// next batch, while the accelerator runs (`exec::replica`).
+    pub(crate) fn finish_step_then(
+        &mut self,
+        accel: &mut dyn Accelerator,
+        launched: Instant,
+        mut after: impl FnMut(&mut Self, bool) -> Result<(), ExecError>,
+    ) -> Result<(), ExecError> {
         let step = self.engine.next_step().saturating_sub(1);
-        self.prepare_ahead()?;
+        let prepared = self.prepare_ahead();
+        after(self, prepared.is_ok())?;
+        prepared?;
         let predicted = self.engine.own_step_s();
         let left = accel
             .seconds_left()
@@ -847,7 +862,9 @@ impl<'w> Loader<'w> {
         let step_end = Instant::now() + Duration::from_secs_f64(left);
         let margin = Duration::from_secs_f64(self.cfg.ship_margin_s.max(0.0));
         std::thread::sleep(step_end.saturating_duration_since(Instant::now()).saturating_sub(margin));
-        self.ship_ahead(step_end)?;
+        let shipped = self.ship_ahead(step_end);
+        after(self, shipped.is_ok())?;
+        shipped?;
         let accel_s = accel
             .wait()
             .map_err(|e| ExecError::Invalid(format!("the accelerator's step {step} failed: {e}")))?;
@@ -867,6 +884,11 @@ impl<'w> Loader<'w> {
 
     /// The next step's batch. Collective.
     pub fn next_batch(&mut self) -> Result<Batch, ExecError> {
+        self.next_batch_in_slots().map(|(batch, _)| batch)
+    }
+
+    /// [`Loader::next_batch`] and each sample's slot in the global batch.
+    pub(crate) fn next_batch_in_slots(&mut self) -> Result<(Batch, Vec<u32>), ExecError> {
         let call = self.now();
         let s = self.engine.next_step();
         self.world.get().set_step(Some(s));
@@ -889,14 +911,15 @@ impl<'w> Loader<'w> {
         self.sample_meta.fill(&self.index, &mut samples);
         let end = self.now();
         self.span(0, "wait", format!("input step {s}"), call, end);
-        Ok(Batch {
+        let batch = Batch {
             step: s,
             samples,
             skipped: spec.skipped,
             input_wait_s: end - call,
             decode_cpu_s: spec.decode_cpu_s,
             bytes_in: spec.bytes_in,
-        })
+        };
+        Ok((batch, spec.slots))
     }
 
     /// Plans the step that may now start decoding — `lookahead` beyond the batch just handed

@@ -17,9 +17,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! A follower's batch arrives in broadcasts of its group: a table (header, ids, shapes, frame
-//! times), then each tensor straight from the leader's buffer into the follower's. Everything
-//! is checked before use, and the tensors' sizes before anything is allocated for them. An
+//! A follower's batch arrives in broadcasts of its group, each tensor straight from the
+//! leader's buffer into the follower's. Most of them cross while the step before trains: after
+//! planning ahead and again after shipping (the two points of [`Loader::finish_step`], or the
+//! caller's [`ReplicaLoader::prepare_ahead`] and [`ReplicaLoader::ship_ahead`]), the leader
+//! sends the tensors of the next step it holds whole; the batch's table (header, ids, shapes,
+//! frame times, and which tensor came ahead) then goes with only the rest. Everything is
+//! checked before use, and the tensors' sizes before anything is allocated for them. An
 //! error on the leader reaches its followers as an error naming it instead of a hang. Every
 //! rank can say where the run stands
 //! ([`ReplicaLoader::state`]: the leader's state, sent to its followers when the group opens and
@@ -35,10 +39,13 @@ use crate::comm::mpi::{InitError, MpiWorld};
 
 /// Bytes of a batch header: step, samples, skipped, input wait, decode CPU, bytes in.
 const HEAD: usize = 48;
-/// Bytes of a sample's entry: id, shape (4), tokens, length.
-const ENTRY: usize = 56;
-/// The length a leader broadcasts instead of a batch when it failed.
+/// Bytes of a sample's entry: id, shape (4), tokens, length, the tensor sent ahead or [`NOT_AHEAD`].
+const ENTRY: usize = 64;
+/// The length a leader broadcasts instead of a batch, or the count instead of tensors sent
+/// ahead, when it failed.
 const FAILED: u64 = u64::MAX;
+/// A batch entry's tensor follows the table (it was not sent ahead).
+const NOT_AHEAD: u64 = u64::MAX;
 /// The longest loader state a follower accepts from its leader (a state is ~500 bytes).
 const MAX_STATE_BYTES: u64 = 64 << 10;
 
@@ -51,7 +58,34 @@ pub struct ReplicaLoader<'w> {
     follower_state: Option<LoaderState>,
     /// The most bytes a batch from the leader may announce ([`batch_bound`]).
     max_batch_bytes: u64,
+    /// The most tensors a leader may send ahead at once: the global batch.
+    max_ahead: u64,
+    /// On the leader: the next step's tensors sent ahead, in the order sent.
+    sent_ahead: Vec<SentAhead>,
+    /// On a follower: the tensors received ahead for the step after the last batch, in order
+    /// (taken as the batch names them), and their bytes in all.
+    got_ahead: Vec<Option<Vec<u8>>>,
+    got_ahead_bytes: u64,
+    /// Bytes of the batches' tensors delivered so far: [sent ahead, sent with their batch].
+    delivered_bytes: [u64; 2],
     group: WorldRef<'w>,
+}
+
+/// A tensor a leader sent ahead: a slot of a step, at the address and length it had then. The
+/// batch's sample for that slot is the same tensor when both still match (a buffer freed and
+/// another one allocated in its place would be another decode of the same slot: the same bytes).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct SentAhead {
+    step: u64,
+    slot: u32,
+    addr: usize,
+    len: usize,
+}
+
+impl SentAhead {
+    fn of(step: u64, slot: u32, data: &[u8]) -> SentAhead {
+        SentAhead { step, slot, addr: data.as_ptr() as usize, len: data.len() }
+    }
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -59,9 +93,10 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 /// A batch's table: header, entries, skipped ids, then every sample's `shape[0]` frame times
-/// (f64), in batch order. The tensors follow it on the wire, each in a broadcast of its own
+/// (f64), in batch order; `ahead[k]`, where `Some`, is the index among the tensors sent ahead
+/// that is sample `k`'s. The other tensors follow it on the wire, each in a broadcast of its own
 /// from the leader's buffer into the follower's (no copy into or out of a message).
-fn encode_table(b: &Batch) -> Vec<u8> {
+fn encode_table(b: &Batch, ahead: &[Option<usize>]) -> Vec<u8> {
     let frames: usize = b.samples.iter().map(|s| s.shape[0]).sum();
     let mut out = Vec::with_capacity(HEAD + ENTRY * b.samples.len() + 8 * (b.skipped.len() + frames));
     for v in [b.step, b.samples.len() as u64, b.skipped.len() as u64] {
@@ -71,13 +106,15 @@ fn encode_table(b: &Batch) -> Vec<u8> {
         out.extend(v.to_le_bytes());
     }
     out.extend(b.bytes_in.to_le_bytes());
-    for s in &b.samples {
+    for (k, s) in b.samples.iter().enumerate() {
         out.extend(s.id.to_le_bytes());
         for d in s.shape {
             out.extend((d as u64).to_le_bytes());
         }
         out.extend(s.tokens.to_le_bytes());
         out.extend((s.data.len() as u64).to_le_bytes());
+        let sent = ahead.get(k).copied().flatten();
+        out.extend(sent.map_or(NOT_AHEAD, |j| j as u64).to_le_bytes());
     }
     for id in &b.skipped {
         out.extend(id.to_le_bytes());
@@ -91,10 +128,10 @@ fn encode_table(b: &Batch) -> Vec<u8> {
 }
 
 /// The batch of [`encode_table`]'s bytes, its samples' tensors still empty (each will be its
-/// shape's product of bytes, checked here), refusing anything inconsistent and a table
-/// announcing more than `max_bytes` (the table and the tensors together) before anything is
-/// allocated for the tensors.
-fn decode_table(bytes: &[u8], max_bytes: u64) -> Result<Batch, String> {
+/// shape's product of bytes, checked here), and which of them were sent ahead; refusing
+/// anything inconsistent and a table announcing more than `max_bytes` (the table and the
+/// tensors together) before anything is allocated for the tensors.
+fn decode_table(bytes: &[u8], max_bytes: u64) -> Result<(Batch, Vec<Option<u64>>), String> {
     let bad = |what: &str| format!("the batch the group leader sent is malformed ({what})");
     if bytes.len() < HEAD {
         return Err(bad("shorter than its header"));
@@ -111,6 +148,7 @@ fn decode_table(bytes: &[u8], max_bytes: u64) -> Result<Batch, String> {
     // The table's bytes, then each tensor's as it is read.
     let mut total = bytes.len() as u64;
     let mut samples = Vec::with_capacity(n);
+    let mut ahead = Vec::with_capacity(n);
     for k in 0..n {
         let e = HEAD + k * ENTRY;
         let shape = [0, 1, 2, 3].map(|d| u64_at(bytes, e + 8 + 8 * d) as usize);
@@ -120,6 +158,7 @@ fn decode_table(bytes: &[u8], max_bytes: u64) -> Result<Batch, String> {
             return Err(bad(&format!("sample {k}'s shape {shape:?} does not match its {len} bytes")));
         }
         total = total.saturating_add(len);
+        ahead.push(Some(u64_at(bytes, e + 56)).filter(|&j| j != NOT_AHEAD));
         if total > max_bytes {
             return Err(bad(&format!(
                 "its tensors come to more than {max_bytes} bytes, the most a batch of this run can hold"
@@ -148,7 +187,7 @@ fn decode_table(bytes: &[u8], max_bytes: u64) -> Result<Batch, String> {
         return Err(bad("bytes left over"));
     }
     let skipped = (0..n_skipped).map(|k| u64_at(bytes, HEAD + n * ENTRY + 8 * k)).collect();
-    Ok(Batch { step, samples, skipped, input_wait_s, decode_cpu_s, bytes_in })
+    Ok((Batch { step, samples, skipped, input_wait_s, decode_cpu_s, bytes_in }, ahead))
 }
 
 impl<'w> ReplicaLoader<'w> {
@@ -202,6 +241,7 @@ impl<'w> ReplicaLoader<'w> {
         let group = group.into();
         let leads = group.get().rank() == 0;
         let max_batch_bytes = batch_bound(&cfg);
+        let cfg_global_batch = cfg.global_batch as u64;
         // A follower reads its samples' metadata from its own copy of the index; without one
         // its batches still arrive, their metadata empty.
         let meta = (!leads)
@@ -236,7 +276,18 @@ impl<'w> ReplicaLoader<'w> {
             )));
         }
         let follower_state = share_state(&group, leader.as_ref().map(Loader::state))?;
-        Ok(ReplicaLoader { leader, meta, follower_state, max_batch_bytes, group })
+        Ok(ReplicaLoader {
+            leader,
+            meta,
+            follower_state,
+            max_batch_bytes,
+            max_ahead: cfg_global_batch,
+            sent_ahead: Vec::new(),
+            got_ahead: Vec::new(),
+            got_ahead_bytes: 0,
+            delivered_bytes: [0; 2],
+            group,
+        })
     }
 
     /// Where the run stands, the same on every rank of the group: the leader's
@@ -248,6 +299,12 @@ impl<'w> ReplicaLoader<'w> {
             (None, Some(state)) => state.clone(),
             (None, None) => unreachable!("a follower keeps its leader's state from the start"),
         }
+    }
+
+    /// Bytes of the tensors delivered so far in this group's batches: `[sent ahead, sent with
+    /// their batch]` — how much of the broadcast left the input-wait path. Not collective.
+    pub fn delivered_bytes(&self) -> [u64; 2] {
+        self.delivered_bytes
     }
 
     /// True on the group's rank 0 (the rank that decodes).
@@ -279,63 +336,44 @@ impl<'w> ReplicaLoader<'w> {
         let g = self.group.get();
         match &mut self.leader {
             Some(loader) => {
-                let mut got = loader.next_batch();
+                let got = loader.next_batch_in_slots();
+                let sent = std::mem::take(&mut self.sent_ahead);
                 let sending = Instant::now();
-                let table = got.as_ref().ok().map(encode_table);
+                let mut got = got.map(|(batch, slots)| {
+                    // Each sample's tensor among those sent ahead, if it is one of them.
+                    let ahead: Vec<Option<usize>> = (batch.samples.iter().zip(slots))
+                        .map(|(s, k)| sent.iter().rposition(|a| *a == SentAhead::of(batch.step, k, &s.data)))
+                        .collect();
+                    (batch, ahead)
+                });
+                let table = got.as_ref().ok().map(|(batch, ahead)| encode_table(batch, ahead));
                 let mut len = table.as_ref().map_or(FAILED, |t| t.len() as u64);
-                if super::fault::replica_oversized(loader.world().rank()) {
+                if super::fault::replica_oversized("replica-oversized", loader.world().rank()) {
                     len = 1 << 50;
                 }
                 let mut len = len.to_le_bytes();
                 g.broadcast(0, &mut len)?;
-                if let (Some(mut table), Ok(batch)) = (table, got.as_mut()) {
+                if let (Some(mut table), Ok((batch, ahead))) = (table, got.as_mut()) {
                     g.broadcast(0, &mut table)?;
-                    for sample in &mut batch.samples {
-                        g.broadcast(0, &mut sample.data)?;
+                    for (sample, ahead) in batch.samples.iter_mut().zip(ahead.iter()) {
+                        self.delivered_bytes[usize::from(ahead.is_none())] += sample.data.len() as u64;
+                        if ahead.is_none() {
+                            g.broadcast(0, &mut sample.data)?;
+                        }
                     }
                 }
                 // The caller waited for the broadcast too.
-                got.map(|mut batch| {
+                got.map(|(mut batch, _)| {
                     batch.input_wait_s += sending.elapsed().as_secs_f64();
                     batch
                 })
             }
             None => {
                 let asked = Instant::now();
-                let mut len = [0u8; 8];
-                g.broadcast(0, &mut len)?;
-                let len = u64::from_le_bytes(len);
-                if len == FAILED {
-                    return Err(ExecError::Invalid(
-                        "the replica group's rank 0 failed to load the batch (its error says why)".into(),
-                    ));
-                }
-                if len > self.max_batch_bytes {
-                    // Not joined: the leader's broadcast ends at the collective watchdog, or when
-                    // the launcher ends the job on this rank's error.
-                    return Err(refuse(
-                        &self.group,
-                        format!(
-                            "the replica group's rank 0 announced a batch table of {len} bytes, more than a \
-                             batch of this run can hold ({} bytes: the global batch at the largest tensor of \
-                             max_frames and max_pixels); is every rank of the group running the same build \
-                             and settings?",
-                            self.max_batch_bytes
-                        ),
-                    ));
-                }
-                let len = usize::try_from(len).map_err(|_| {
-                    refuse(&self.group, format!("the replica group's rank 0 announced {len} bytes"))
-                })?;
-                let mut table = vec![0u8; len];
-                g.broadcast(0, &mut table)?;
-                let mut batch =
-                    decode_table(&table, self.max_batch_bytes).map_err(|why| refuse(&self.group, why))?;
-                for sample in &mut batch.samples {
-                    let mut data = vec![0u8; sample.shape.iter().product()];
-                    g.broadcast(0, &mut data)?;
-                    sample.data = TensorData::Owned(data);
-                }
+                let got_ahead = std::mem::take(&mut self.got_ahead);
+                self.got_ahead_bytes = 0;
+                let (mut batch, bytes) = self.receive_batch(got_ahead)?;
+                self.delivered_bytes = [0, 1].map(|k| self.delivered_bytes[k] + bytes[k]);
                 if let Some((index, meta)) = &self.meta {
                     meta.fill(index, &mut batch.samples);
                 }
@@ -350,14 +388,186 @@ impl<'w> ReplicaLoader<'w> {
         }
     }
 
-    /// [`Loader::prepare_ahead`] on the leader; nothing elsewhere.
-    pub fn prepare_ahead(&mut self) -> Result<(), ExecError> {
-        self.leader.as_mut().map_or(Ok(()), Loader::prepare_ahead)
+    /// A follower's part of [`ReplicaLoader::next_batch`]: the table, then each tensor not
+    /// among `got_ahead` (the tensors received ahead for this step); and the batch's tensor
+    /// bytes [received ahead, received with it].
+    fn receive_batch(&self, mut got_ahead: Vec<Option<Vec<u8>>>) -> Result<(Batch, [u64; 2]), ExecError> {
+        let g = self.group.get();
+        let mut len = [0u8; 8];
+        g.broadcast(0, &mut len)?;
+        let len = u64::from_le_bytes(len);
+        if len == FAILED {
+            return Err(ExecError::Invalid(
+                "the replica group's rank 0 failed to load the batch (its error says why)".into(),
+            ));
+        }
+        if len > self.max_batch_bytes {
+            // Not joined: the leader's broadcast ends at the collective watchdog, or when the
+            // launcher ends the job on this rank's error.
+            return Err(refuse(
+                &self.group,
+                format!(
+                    "the replica group's rank 0 announced a batch table of {len} bytes, more than a \
+                     batch of this run can hold ({} bytes: the global batch at the largest tensor of \
+                     max_frames and max_pixels); is every rank of the group running the same build \
+                     and settings?",
+                    self.max_batch_bytes
+                ),
+            ));
+        }
+        let len = usize::try_from(len)
+            .map_err(|_| refuse(&self.group, format!("the replica group's rank 0 announced {len} bytes")))?;
+        let mut table = vec![0u8; len];
+        g.broadcast(0, &mut table)?;
+        let (mut batch, ahead) =
+            decode_table(&table, self.max_batch_bytes).map_err(|why| refuse(&self.group, why))?;
+        let expected = self.follower_state.as_ref().map(|s| s.next_step);
+        let mut bytes = [0u64; 2];
+        for (k, (sample, ahead)) in batch.samples.iter_mut().zip(ahead).enumerate() {
+            let len: usize = sample.shape.iter().product();
+            bytes[usize::from(ahead.is_none())] += len as u64;
+            let data = match ahead {
+                None => {
+                    let mut data = vec![0u8; len];
+                    g.broadcast(0, &mut data)?;
+                    data
+                }
+                Some(j) => {
+                    // Sent ahead for the step this rank expects next, once, at this length.
+                    let taken =
+                        usize::try_from(j).ok().and_then(|j| got_ahead.get_mut(j)).and_then(Option::take);
+                    let fits = taken.filter(|d| d.len() == len && expected == Some(batch.step));
+                    fits.ok_or_else(|| {
+                        refuse(
+                            &self.group,
+                            format!(
+                                "the batch the group leader sent for step {} names tensor {j} sent ahead for \
+                                 sample {k}, which this rank does not hold at {len} bytes",
+                                batch.step
+                            ),
+                        )
+                    })?
+                }
+            };
+            sample.data = TensorData::Owned(data);
+        }
+        Ok((batch, bytes))
     }
 
-    /// [`Loader::ship_ahead`] on the leader; nothing elsewhere.
+    /// A leader's sending ahead: the next step's tensors it holds whole and has not sent yet
+    /// (`ok`: its loader's last call succeeded; else it says it failed). Collective over the
+    /// group, answered by [`ReplicaLoader::receive_ahead`].
+    fn send_ahead(
+        group: &dyn Collective,
+        loader: &mut Loader<'_>,
+        sent: &mut Vec<SentAhead>,
+        ok: bool,
+    ) -> Result<(), ExecError> {
+        let rank = loader.world().rank();
+        let (step, held) = loader.whole_tensors_ahead();
+        let new: Vec<(SentAhead, &mut [u8])> = (held.into_iter())
+            .map(|(k, data)| (SentAhead::of(step, k, data), data))
+            .filter(|(a, _)| !sent.contains(a))
+            .collect();
+        let count = if ok { new.len() as u64 } else { FAILED };
+        let mut head = [count.to_le_bytes(), step.to_le_bytes()].concat();
+        group.broadcast(0, &mut head)?;
+        if !ok || new.is_empty() {
+            return Ok(());
+        }
+        let mut lens: Vec<u8> = new.iter().flat_map(|(a, _)| (a.len as u64).to_le_bytes()).collect();
+        if super::fault::replica_oversized("replica-ahead-oversized", rank) {
+            lens[..8].copy_from_slice(&(1u64 << 50).to_le_bytes());
+        }
+        group.broadcast(0, &mut lens)?;
+        for (a, data) in new {
+            group.broadcast(0, data)?;
+            sent.push(a);
+        }
+        Ok(())
+    }
+
+    /// A follower's part of a sending ahead ([`ReplicaLoader::send_ahead`]): the tensors
+    /// kept until the batch names them; their count, step and bytes checked before anything is
+    /// allocated.
+    fn receive_ahead(&mut self) -> Result<(), ExecError> {
+        let g = self.group.get();
+        let mut head = [0u8; 16];
+        g.broadcast(0, &mut head)?;
+        let (count, step) = (u64_at(&head, 0), u64_at(&head, 8));
+        if count == FAILED {
+            return Err(ExecError::Invalid(
+                "the replica group's rank 0 failed while preparing the next batch (its error says why)"
+                    .into(),
+            ));
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        let expected = self.follower_state.as_ref().map(|s| s.next_step);
+        if count > self.max_ahead || expected != Some(step) {
+            return Err(refuse(
+                &self.group,
+                format!(
+                    "the replica group's rank 0 sends {count} tensors ahead for step {step}, where this rank \
+                     expects at most {} for step {}; is every rank of the group running the same build and \
+                     settings?",
+                    self.max_ahead,
+                    expected.unwrap_or(0)
+                ),
+            ));
+        }
+        let mut lens = vec![0u8; 8 * count as usize];
+        g.broadcast(0, &mut lens)?;
+        let lens: Vec<u64> =
+            lens.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8"))).collect();
+        let total = lens.iter().fold(self.got_ahead_bytes, |t, &l| t.saturating_add(l));
+        if total > self.max_batch_bytes {
+            return Err(refuse(
+                &self.group,
+                format!(
+                    "the replica group's rank 0 sends {total} bytes of tensors ahead for step {step}, more \
+                     than a batch of this run can hold ({} bytes)",
+                    self.max_batch_bytes
+                ),
+            ));
+        }
+        self.got_ahead_bytes = total;
+        for len in lens {
+            let mut data = vec![0u8; len as usize];
+            g.broadcast(0, &mut data)?;
+            self.got_ahead.push(Some(data));
+        }
+        Ok(())
+    }
+
+    /// [`Loader::prepare_ahead`] on the leader, which then sends ahead what it holds of the
+    /// next batch; its followers receive it. Collective over the group (and, on the leader,
+    /// the loader's world).
+    pub fn prepare_ahead(&mut self) -> Result<(), ExecError> {
+        let group = self.group.get();
+        match &mut self.leader {
+            Some(loader) => {
+                let prepared = loader.prepare_ahead();
+                Self::send_ahead(group, loader, &mut self.sent_ahead, prepared.is_ok())?;
+                prepared
+            }
+            None => self.receive_ahead(),
+        }
+    }
+
+    /// [`Loader::ship_ahead`] on the leader, which then sends ahead what more it holds of the
+    /// next batch; its followers receive it. Collective like [`ReplicaLoader::prepare_ahead`].
     pub fn ship_ahead(&mut self, step_end: Instant) -> Result<(), ExecError> {
-        self.leader.as_mut().map_or(Ok(()), |l| l.ship_ahead(step_end))
+        let group = self.group.get();
+        match &mut self.leader {
+            Some(loader) => {
+                let shipped = loader.ship_ahead(step_end);
+                Self::send_ahead(group, loader, &mut self.sent_ahead, shipped.is_ok())?;
+                shipped
+            }
+            None => self.receive_ahead(),
+        }
     }
 
     /// [`Loader::report_step`] on the leader (the group's accelerator step); nothing elsewhere.
@@ -366,7 +576,8 @@ impl<'w> ReplicaLoader<'w> {
     }
 
     /// [`Loader::train_step`] for a replica group: every rank launches its slice of the step on
-    /// the same batch; the leader plans and ships while it runs.
+    /// the same batch; the leader plans and ships while it runs, and sends ahead what it holds
+    /// of the next batch.
     pub fn train_step(&mut self, accel: &mut dyn Accelerator) -> Result<Batch, ExecError> {
         let batch = self.next_batch()?;
         let launched = super::loader::launch(accel, &batch)?;
@@ -375,14 +586,23 @@ impl<'w> ReplicaLoader<'w> {
     }
 
     /// The rest of a step launched at `launched` on the batch delivered last: on the leader
-    /// [`Loader::finish_step`] (plan, ship, wait, report); elsewhere the wait.
+    /// [`Loader::finish_step`] (plan, ship, wait, report), sending ahead after planning and
+    /// after shipping; elsewhere receiving that, then the wait.
     pub fn finish_step(&mut self, accel: &mut dyn Accelerator, launched: Instant) -> Result<(), ExecError> {
+        let group = self.group.get();
         match &mut self.leader {
-            Some(loader) => loader.finish_step(accel, launched),
-            None => accel.wait().map(|_| ()).map_err(|e| {
-                let step = self.follower_state.as_ref().map_or(0, |s| s.next_step.saturating_sub(1));
-                ExecError::Invalid(format!("the accelerator's step {step} failed: {e}"))
-            }),
+            Some(loader) => {
+                let sent = &mut self.sent_ahead;
+                loader.finish_step_then(accel, launched, |l, ok| Self::send_ahead(group, l, sent, ok))
+            }
+            None => {
+                self.receive_ahead()?;
+                self.receive_ahead()?;
+                accel.wait().map(|_| ()).map_err(|e| {
+                    let step = self.follower_state.as_ref().map_or(0, |s| s.next_step.saturating_sub(1));
+                    ExecError::Invalid(format!("the accelerator's step {step} failed: {e}"))
+                })
+            }
         }
     }
 }
@@ -480,7 +700,8 @@ mod tests {
     #[test]
     fn a_batch_table_crosses_whole() {
         let b = batch();
-        let back = decode_table(&encode_table(&b), u64::MAX).unwrap();
+        let (back, ahead) = decode_table(&encode_table(&b, &[None, Some(4)]), u64::MAX).unwrap();
+        assert_eq!(ahead, [None, Some(4)], "which tensor was sent ahead crosses with the table");
         let lens: Vec<usize> = back.samples.iter().map(|s| s.shape.iter().product()).collect();
         assert_eq!((back.step, back.skipped.clone(), back.bytes_in), (5, vec![11], 99));
         assert_eq!((back.input_wait_s, back.decode_cpu_s), (0.25, 1.5));
@@ -515,7 +736,7 @@ mod tests {
             bytes_in: 0,
         };
         let tensors = 3 * 2 * 28 * 56 * 3;
-        assert_eq!(batch_bound(&cfg), (encode_table(&b).len() + tensors + 3 * 8) as u64);
+        assert_eq!(batch_bound(&cfg), (encode_table(&b, &[]).len() + tensors + 3 * 8) as u64);
         cfg.params.max_pixels = 10; // below the smallest picture: 28 x 28 counts
         assert_eq!(batch_bound(&cfg), (HEAD + 3 * (ENTRY + 8 + 2 * (784 * 3 + 8))) as u64);
     }
@@ -535,7 +756,7 @@ mod tests {
 
     #[test]
     fn damaged_batches_are_refused() {
-        let wire = encode_table(&batch());
+        let wire = encode_table(&batch(), &[]);
         let decode = |bytes: &[u8]| decode_table(bytes, u64::MAX).map(|_| ());
         for cut in [0, HEAD - 1, HEAD + 10, wire.len() - 1] {
             assert!(decode(&wire[..cut]).is_err(), "cut at {cut}");

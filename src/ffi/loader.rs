@@ -747,7 +747,9 @@ pub extern "C" fn dh_loader_next(
 /// Plans the coming steps and sends what other ranks still need of the step just handed over,
 /// while the accelerator runs: call it right after `dh_loader_next`, once the step is launched
 /// (without it, `dh_loader_next` does this work on the input-wait path). **Collective**: call
-/// it on every rank at every step, or never. Fails with `DH_NULL_PARAMETER`, `DH_CLOSED`, or
+/// it on every rank at every step, or never. With `replica_ranks`, a group's first rank then
+/// sends its group what it holds of the next batch, which the others receive here, off their
+/// next `dh_loader_next`. Fails with `DH_NULL_PARAMETER`, `DH_CLOSED`, or
 /// `DH_COLLECTIVE`/`DH_LOADER` (the loader is then failed: free it).
 #[no_mangle]
 pub extern "C" fn dh_loader_prepare_ahead(loader: *mut dh_loader) -> dh_result {
@@ -763,7 +765,8 @@ pub extern "C" fn dh_loader_prepare_ahead(loader: *mut dh_loader) -> dh_result {
 /// (at most until shortly before the slowest rank is predicted to end its step) for the ones
 /// still decoding and sends them too, and puts split samples together: that work then stays
 /// off the next `dh_loader_next`. Call it after `dh_loader_prepare_ahead`. **Collective**: call
-/// it on every rank at every step, or never. Fails with `DH_NULL_PARAMETER`, `DH_CLOSED`,
+/// it on every rank at every step, or never. With `replica_ranks`, a group's first rank then
+/// sends its group what more it holds of the next batch (as `dh_loader_prepare_ahead`). Fails with `DH_NULL_PARAMETER`, `DH_CLOSED`,
 /// `DH_INVALID_PARAMETER` (negative or non-finite seconds), or `DH_COLLECTIVE`/`DH_LOADER` (the
 /// loader is then failed: free it).
 #[no_mangle]

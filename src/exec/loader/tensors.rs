@@ -2,6 +2,7 @@
 //! and unpacked from an exchange, and split samples put together. The engine says what; this
 //! module holds and moves the bytes.
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use super::{ExecError, Loader, Part, Sample, TensorData};
@@ -10,6 +11,39 @@ use crate::exec::exchange::{self, Piece};
 use crate::step::{ExchangeOrder, Finished, Message, PartKey, Payload, SampleSpec};
 
 impl Loader<'_> {
+    /// The next step's tensors this rank holds whole, for the slots it trains on, by slot, as
+    /// they stand once every finished decode is filed: what a replica group's leader sends its followers while the step before
+    /// trains (`exec::replica`; mutable only because a broadcast takes its root's buffer so). A
+    /// slot the gate moves to another rank after this call is not in the batch; one whose bytes
+    /// are replaced is in it at another address.
+    pub(crate) fn whole_tensors_ahead(&mut self) -> (u64, Vec<(u32, &mut [u8])>) {
+        self.file_finished();
+        let step = self.engine.next_step();
+        let Some(plan) = self.agreed.plan_of(step).cloned() else { return (step, Vec::new()) };
+        let mine: Vec<u32> = plan.owned.get(self.engine.rank()).cloned().unwrap_or_default();
+        let assembled: HashSet<u32> =
+            mine.iter().copied().filter(|&k| self.samples.contains_key(&(step, k))).collect();
+        // A slot decoded in one piece is whole as soon as that piece is here.
+        let whole_parts: HashSet<PartKey> = (mine.iter())
+            .filter(|k| !assembled.contains(k))
+            .filter_map(|&k| match plan.jobs_of.get(k as usize)?.as_slice() {
+                [job] => Some(plan.key_of(*job)),
+                _ => None,
+            })
+            .collect();
+        let mut held: Vec<(u32, &mut [u8])> = (self.samples.iter_mut())
+            .filter(|((t, k), _)| *t == step && assembled.contains(k))
+            .map(|(&(_, k), sample)| (k, &mut sample.data[..]))
+            .collect();
+        held.extend(
+            (self.parts.iter_mut())
+                .filter(|(key, _)| whole_parts.contains(key))
+                .map(|(key, part)| (key.slot, &mut part.data[..])),
+        );
+        held.sort_by_key(|(k, _)| *k);
+        (step, held)
+    }
+
     /// Files one finished decode: its bytes kept under its part key, the engine told.
     pub(super) fn file(&mut self, outcome: Outcome) {
         let Some((key, frames, predicted_s)) = self.in_pool.remove(&outcome.deadline) else {
