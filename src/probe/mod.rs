@@ -296,6 +296,13 @@ fn probe_video(d: &mut Descriptor, path: &Path, range: Option<ByteRange>, head: 
         // what was read.
         if input.read_seek_index(stream.index, stream.start_time.unwrap_or(0)).is_ok() {
             entries = input.index_entries(stream.index);
+            // Written without cues (live, to a pipe), the index lists only the keyframes read
+            // while the seek settled, the last seemingly running to the stream's end: the
+            // packets that follow say where the others are (demuxed, not decoded).
+            let unlisted = keyframe_gaps(&entries, &stream, d).is_none_or(|(inner, last)| last > inner);
+            if unlisted {
+                entries.extend(keyframes_read(&mut input, stream.index, MKV_READ_LIMIT_BYTES));
+            }
         }
     }
     d.keyint = keyint_of(&entries, &stream, d);
@@ -366,33 +373,54 @@ fn fill_timing(d: &mut Descriptor, input: &Input, s: &StreamInfo) {
 /// before the first presentation time; measured from the presentation start, a single-keyframe
 /// H.264 stream with B-frames read two frames longer than it is.
 fn keyint_of(entries: &[IndexEntry], s: &StreamInfo, d: &Descriptor) -> u32 {
-    let (tb_num, tb_den) = s.time_base;
-    let fps = d.fps();
-    if entries.is_empty() || tb_num <= 0 || tb_den <= 0 || fps <= 0.0 {
-        return 0;
-    }
-    let mut keys: Vec<i64> = entries.iter().filter(|e| e.keyframe).map(|e| e.timestamp).collect();
-    if keys.is_empty() {
-        return 0;
-    }
-    keys.sort_unstable();
-    keys.dedup();
-    let ticks_to_frames = |t: i64| t as f64 * tb_num as f64 / tb_den as f64 * fps;
-    let mut max_gap = 0.0f64;
-    for w in keys.windows(2) {
-        max_gap = max_gap.max(ticks_to_frames(w[1].saturating_sub(w[0])));
-    }
-    let start = s.start_time.map_or(keys[0], |t| t.min(keys[0]));
-    let last = keys[keys.len() - 1];
-    let frames = d.duration_s() * fps;
-    if frames > 0.0 {
-        let before_last = ticks_to_frames(last.saturating_sub(start));
-        max_gap = max_gap.max(frames - before_last);
-    }
+    let Some((inner, last)) = keyframe_gaps(entries, s, d) else { return 0 };
+    let max_gap = inner.max(last);
     if max_gap < 0.5 {
         return 0;
     }
     max_gap.round().clamp(1.0, u32::MAX as f64) as u32
+}
+
+/// In frames, the longest gap between the keyframes the index lists, and the gap from the last
+/// of them to the stream's end (0 when the duration is unknown); `None` without a listed
+/// keyframe or a time base and frame rate to count with.
+fn keyframe_gaps(entries: &[IndexEntry], s: &StreamInfo, d: &Descriptor) -> Option<(f64, f64)> {
+    let (tb_num, tb_den) = s.time_base;
+    let fps = d.fps();
+    if tb_num <= 0 || tb_den <= 0 || fps <= 0.0 {
+        return None;
+    }
+    let mut keys: Vec<i64> = entries.iter().filter(|e| e.keyframe).map(|e| e.timestamp).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let (&first, &last) = (keys.first()?, keys.last()?);
+    let ticks_to_frames = |t: i64| t as f64 * tb_num as f64 / tb_den as f64 * fps;
+    let inner = keys.windows(2).map(|w| ticks_to_frames(w[1].saturating_sub(w[0]))).fold(0.0, f64::max);
+    let start = s.start_time.map_or(first, |t| t.min(first));
+    let frames = d.duration_s() * fps;
+    let to_end = if frames > 0.0 { frames - ticks_to_frames(last.saturating_sub(start)) } else { 0.0 };
+    Some((inner, to_end))
+}
+
+/// The most packet bytes the probe reads of a Matroska file whose index lists too few
+/// keyframes: past it, the stretch after the last keyframe read counts as one gap (an
+/// interval too long, never too short: the sample is scanned rather than sought in).
+const MKV_READ_LIMIT_BYTES: usize = 64 << 20;
+
+/// The keyframes of stream `index` among the packets read from where the demuxer stands, up to
+/// `limit` bytes of packets (of every stream) or the first error, as index entries.
+fn keyframes_read(input: &mut Input, index: usize, limit: usize) -> Vec<IndexEntry> {
+    let Ok(mut packet) = crate::decode::ffmpeg::Packet::new() else { return Vec::new() };
+    let (mut keys, mut read) = (Vec::new(), 0usize);
+    while read < limit && matches!(input.read_packet(&mut packet), Ok(true)) {
+        read += packet.size();
+        if packet.stream_index() == index && packet.is_key() {
+            if let Some(timestamp) = packet.pts().or(packet.dts()) {
+                keys.push(IndexEntry { timestamp, pos: -1, size: 0, keyframe: true });
+            }
+        }
+    }
+    keys
 }
 
 /// The byte just past the last packet the seek index lists, when it lists sizes (MP4 does).

@@ -153,6 +153,12 @@ impl Packet {
         unsafe { std::slice::from_raw_parts(p.data, p.size as usize) }
     }
 
+    /// Presentation timestamp, when known.
+    pub fn pts(&self) -> Option<i64> {
+        let t = self.raw().pts;
+        (t != ff::AV_NOPTS_VALUE).then_some(t)
+    }
+
     /// Decoding timestamp, when known.
     pub fn dts(&self) -> Option<i64> {
         let d = self.raw().dts;
