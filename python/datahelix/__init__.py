@@ -147,7 +147,9 @@ class Loader:
     def prepare_ahead(self):
         """Plans the coming steps and sends what other ranks still need of this one: call it
         right after launching the step on the accelerator (without it, the next ``next`` does
-        this work on the input-wait path). **Collective**: on every rank at every step, or never."""
+        this work on the input-wait path). With ``replica_ranks``, a group's first rank then
+        sends the rest of its group what it holds of the next batch, off their next ``next``.
+        **Collective**: on every rank at every step, or never."""
         self._native.prepare_ahead()
 
     def ship_ahead(self, seconds_to_step_end):
