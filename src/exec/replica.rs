@@ -39,7 +39,8 @@ use crate::comm::mpi::{InitError, MpiWorld};
 
 /// Bytes of a batch header: step, samples, skipped, input wait, decode CPU, bytes in.
 const HEAD: usize = 48;
-/// Bytes of a sample's entry: id, shape (4), tokens, length, the tensor sent ahead or [`NOT_AHEAD`].
+/// Bytes of a sample's entry: id, shape (4), tokens, length, and which tensor sent ahead is its
+/// own ([`NOT_AHEAD`]: none, it follows the table).
 const ENTRY: usize = 64;
 /// The length a leader broadcasts instead of a batch, or the count instead of tensors sent
 /// ahead, when it failed.

@@ -407,13 +407,18 @@ fn keyframe_gaps(entries: &[IndexEntry], s: &StreamInfo, d: &Descriptor) -> Opti
 /// interval too long, never too short: the sample is scanned rather than sought in).
 const MKV_READ_LIMIT_BYTES: usize = 64 << 20;
 
+/// What a packet counts for at least against [`MKV_READ_LIMIT_BYTES`]: a file of empty blocks
+/// ends the read after 2¹⁸ packets (2.4 hours of video at 30 fps), not at its end.
+const MKV_PACKET_MIN_BYTES: usize = 256;
+
 /// The keyframes of stream `index` among the packets read from where the demuxer stands, up to
-/// `limit` bytes of packets (of every stream) or the first error, as index entries.
+/// `limit` bytes of packets (of every stream, each at least [`MKV_PACKET_MIN_BYTES`]) or the
+/// first error, as index entries.
 fn keyframes_read(input: &mut Input, index: usize, limit: usize) -> Vec<IndexEntry> {
     let Ok(mut packet) = crate::decode::ffmpeg::Packet::new() else { return Vec::new() };
     let (mut keys, mut read) = (Vec::new(), 0usize);
     while read < limit && matches!(input.read_packet(&mut packet), Ok(true)) {
-        read += packet.size();
+        read += packet.size().max(MKV_PACKET_MIN_BYTES);
         if packet.stream_index() == index && packet.is_key() {
             if let Some(timestamp) = packet.pts().or(packet.dts()) {
                 keys.push(IndexEntry { timestamp, pos: -1, size: 0, keyframe: true });

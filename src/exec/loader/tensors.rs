@@ -12,10 +12,10 @@ use crate::step::{ExchangeOrder, Finished, Message, PartKey, Payload, SampleSpec
 
 impl Loader<'_> {
     /// The next step's tensors this rank holds whole, for the slots it trains on, by slot, as
-    /// they stand once every finished decode is filed: what a replica group's leader sends its followers while the step before
-    /// trains (`exec::replica`; mutable only because a broadcast takes its root's buffer so). A
-    /// slot the gate moves to another rank after this call is not in the batch; one whose bytes
-    /// are replaced is in it at another address.
+    /// they stand once every finished decode is filed: what a replica group's leader sends its
+    /// followers while the step before trains (`exec::replica`; mutable only because a
+    /// broadcast takes its root's buffer so). A slot the gate moves to another rank after this
+    /// call is not in the batch; one whose bytes are replaced is in it at another address.
     pub(crate) fn whole_tensors_ahead(&mut self) -> (u64, Vec<(u32, &mut [u8])>) {
         self.file_finished();
         let step = self.engine.next_step();
