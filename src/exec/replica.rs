@@ -64,9 +64,8 @@ pub struct ReplicaLoader<'w> {
     /// On the leader: the next step's tensors sent ahead, in the order sent.
     sent_ahead: Vec<SentAhead>,
     /// On a follower: the tensors received ahead for the step after the last batch, in order
-    /// (taken as the batch names them), and their bytes in all.
+    /// (taken as the batch names them).
     got_ahead: Vec<Option<Vec<u8>>>,
-    got_ahead_bytes: u64,
     /// Bytes of the batches' tensors delivered so far: [sent ahead, sent with their batch].
     delivered_bytes: [u64; 2],
     group: WorldRef<'w>,
@@ -285,7 +284,6 @@ impl<'w> ReplicaLoader<'w> {
             max_ahead: cfg_global_batch,
             sent_ahead: Vec::new(),
             got_ahead: Vec::new(),
-            got_ahead_bytes: 0,
             delivered_bytes: [0; 2],
             group,
         })
@@ -372,7 +370,6 @@ impl<'w> ReplicaLoader<'w> {
             None => {
                 let asked = Instant::now();
                 let got_ahead = std::mem::take(&mut self.got_ahead);
-                self.got_ahead_bytes = 0;
                 let (mut batch, bytes) = self.receive_batch(got_ahead)?;
                 self.delivered_bytes = [0, 1].map(|k| self.delivered_bytes[k] + bytes[k]);
                 if let Some((index, meta)) = &self.meta {
@@ -522,7 +519,8 @@ impl<'w> ReplicaLoader<'w> {
         g.broadcast(0, &mut lens)?;
         let lens: Vec<u64> =
             lens.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8"))).collect();
-        let total = lens.iter().fold(self.got_ahead_bytes, |t, &l| t.saturating_add(l));
+        let held: u64 = self.got_ahead.iter().flatten().map(|d| d.len() as u64).sum();
+        let total = lens.iter().fold(held, |t, &l| t.saturating_add(l));
         if total > self.max_batch_bytes {
             return Err(refuse(
                 &self.group,
@@ -533,7 +531,6 @@ impl<'w> ReplicaLoader<'w> {
                 ),
             ));
         }
-        self.got_ahead_bytes = total;
         for len in lens {
             let mut data = vec![0u8; len as usize];
             g.broadcast(0, &mut data)?;
