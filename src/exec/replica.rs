@@ -543,26 +543,27 @@ impl<'w> ReplicaLoader<'w> {
     /// next batch; its followers receive it. Collective over the group (and, on the leader,
     /// the loader's world).
     pub fn prepare_ahead(&mut self) -> Result<(), ExecError> {
-        let group = self.group.get();
-        match &mut self.leader {
-            Some(loader) => {
-                let prepared = loader.prepare_ahead();
-                Self::send_ahead(group, loader, &mut self.sent_ahead, prepared.is_ok())?;
-                prepared
-            }
-            None => self.receive_ahead(),
-        }
+        self.then_send_ahead(Loader::prepare_ahead)
     }
 
     /// [`Loader::ship_ahead`] on the leader, which then sends ahead what more it holds of the
     /// next batch; its followers receive it. Collective like [`ReplicaLoader::prepare_ahead`].
     pub fn ship_ahead(&mut self, step_end: Instant) -> Result<(), ExecError> {
+        self.then_send_ahead(|loader| loader.ship_ahead(step_end))
+    }
+
+    /// `call` on the leader's loader, then its sending ahead (saying so if `call` failed); a
+    /// follower's receiving of it.
+    fn then_send_ahead(
+        &mut self,
+        call: impl FnOnce(&mut Loader<'w>) -> Result<(), ExecError>,
+    ) -> Result<(), ExecError> {
         let group = self.group.get();
         match &mut self.leader {
             Some(loader) => {
-                let shipped = loader.ship_ahead(step_end);
-                Self::send_ahead(group, loader, &mut self.sent_ahead, shipped.is_ok())?;
-                shipped
+                let done = call(loader);
+                Self::send_ahead(group, loader, &mut self.sent_ahead, done.is_ok())?;
+                done
             }
             None => self.receive_ahead(),
         }
