@@ -1,6 +1,7 @@
 //! A run that stops and resumes delivers the global batches of a run that never stopped, under
-//! every policy and at another world size; three epochs visit every sample once each, in new
-//! orders; tampered, foreign, truncated and missing state files are refused before any step.
+//! every policy and at another world size, and plans with what the run before learned; three
+//! epochs visit every sample once each, in new orders; tampered, foreign, truncated and missing
+//! state files are refused before any step.
 //! All under `mpirun` on the skewed small dataset (24 samples, G = 8: an epoch is 3 steps).
 
 mod common;
@@ -102,11 +103,10 @@ fn a_resumed_run_delivers_the_global_batches_of_one_that_never_stopped() {
             assert_eq!(doc["next_step"], k, "{policy}: the state continues after the last step");
             assert_eq!(doc["epoch"], k * GLOBAL_BATCH as u64 / 24);
             assert!(doc["seed"].is_u64(), "the seed is a JSON integer");
-            let rest = batches(&train_ok(
-                4,
-                policy,
-                &["--steps", &STEPS.to_string(), "--resume", state.to_str().unwrap()],
-            ));
+            let resumed =
+                train_ok(4, policy, &["--steps", &STEPS.to_string(), "--resume", state.to_str().unwrap()]);
+            assert_eq!(resumed["params"]["resumed_models"], "restored", "{policy}: stopped at {k}");
+            let rest = batches(&resumed);
             assert_eq!(
                 rest.keys().copied().collect::<Vec<_>>(),
                 (k..STEPS).collect::<Vec<_>>(),
@@ -152,6 +152,74 @@ fn three_epochs_visit_every_sample_once_each_in_a_new_order() {
     }
     assert_ne!(epochs[0], epochs[1], "epoch 1 repeats epoch 0's order");
     assert_ne!(epochs[1], epochs[2], "epoch 2 repeats epoch 1's order");
+}
+
+/// Each decode's prediction in a trace (`decode ID (step S, predicted X s)`), by (step, id).
+fn predictions(trace: &Path) -> BTreeMap<(u64, u64), f64> {
+    let doc: Value = serde_json::from_slice(&std::fs::read(trace).unwrap()).unwrap();
+    let mut out = BTreeMap::new();
+    for e in doc["traceEvents"].as_array().unwrap() {
+        let Some(name) = e["name"].as_str() else { continue };
+        let Some(rest) = name.strip_prefix("decode ") else { continue };
+        let words: Vec<&str> = rest.split([' ', '(', ',', ')']).filter(|w| !w.is_empty()).collect();
+        if let [id, "step", step, "predicted", s, "s"] = words[..] {
+            out.insert((step.parse().unwrap(), id.parse().unwrap()), s.parse().unwrap());
+        }
+    }
+    out
+}
+
+/// A state carries what the policy learned (decode and accelerator models); a run resumed from
+/// it plans with them — its first steps' decodes are predicted otherwise than from the priors,
+/// which a state of version 1 (none learned, still read) gives.
+#[test]
+fn a_resumed_run_plans_with_what_the_run_before_learned() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state.json");
+    save_state(4, "helix", 4, 0, &state);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(doc["version"], 2);
+    let learned = &doc["learned"];
+    let codecs: Vec<&str> =
+        learned["decode"].as_array().unwrap().iter().map(|f| f["codec"].as_str().unwrap()).collect();
+    assert!(codecs.contains(&"h264"), "no H.264 decode model in {codecs:?}");
+    // At least one measured step of each of the 4 ranks (the last steps' are never gathered: no
+    // round follows them).
+    assert!(learned["accel"].as_array().unwrap().len() >= 4, "{learned}");
+    // The same state as version 1 documents were: nothing learned.
+    let mut v1 = datahelix::exec::state::LoaderState::read(&state).unwrap();
+    v1.version = 1;
+    let v1 = v1.with_learned(None);
+    let cold = tmp.path().join("v1.json");
+    std::fs::write(&cold, v1.to_json()).unwrap();
+    let resume = |from: &Path, name: &str| {
+        let trace = tmp.path().join(format!("{name}.trace.json"));
+        let args = ["--steps", "6", "--resume", from.to_str().unwrap(), "--trace", trace.to_str().unwrap()];
+        (train_ok(4, "helix", &args), predictions(&trace))
+    };
+    let (warm, warm_predicted) = resume(&state, "warm");
+    let (cold, cold_predicted) = resume(&cold, "cold");
+    assert_eq!(warm["params"]["resumed_models"], "restored");
+    assert_eq!(cold["params"]["resumed_models"], Value::Null);
+    assert_eq!(
+        batches(&warm).into_values().map(|b| b.0).collect::<Vec<_>>(),
+        batches(&cold).into_values().map(|b| b.0).collect::<Vec<_>>()
+    );
+    // Step 4's samples, planned before anything of the resumed run was measured.
+    let both: Vec<(u64, f64, f64)> = warm_predicted
+        .iter()
+        .filter(|((step, _), _)| *step == 4)
+        .filter_map(|((_, id), p)| cold_predicted.get(&(4, *id)).map(|c| (*id, *p, *c)))
+        .collect();
+    // Traces print milliseconds: compare the decodes predicted at 20 ms or more.
+    let large: Vec<_> = both.into_iter().filter(|&(_, w, c)| w.max(c) >= 0.02).collect();
+    assert!(!large.is_empty(), "no decode of step 4 predicted at 20 ms or more in both runs");
+    for (id, warm, cold) in large {
+        assert_ne!(
+            warm, cold,
+            "sample {id} of step 4 predicted {warm} s from the state and from the priors alike"
+        );
+    }
 }
 
 fn refused(args: &[&str], expect: &str) {

@@ -168,6 +168,7 @@ fn is_a_state_reason(e: &str) -> bool {
         "not a valid loader state",
         "changed after it was written",
         "inconsistent",
+        "learned models are unusable",
     ]
     .iter()
     .any(|r| e.contains(r))

@@ -170,14 +170,15 @@ class Loader:
 
     # -- where the run stands ----------------------------------------------------------------
     def state_dict(self):
-        """Where the run stands (a small dict, JSON-serialisable): save it with the model's
-        checkpoint after a step's update."""
+        """Where the run stands, with the cost models the loader learned (a dict of a few KiB,
+        JSON-serialisable): save it with the model's checkpoint after a step's update."""
         return json.loads(self._native.state())
 
     def load_state_dict(self, state):
         """Continues from ``state`` (``state_dict()`` of an earlier run, at any world size): the
         next batch is the step after the one delivered last there, and every global batch is the
-        one an uninterrupted run delivers. Closes and reopens this loader: **collective**."""
+        one an uninterrupted run delivers, planned with the cost models learned there. Closes and
+        reopens this loader: **collective**."""
         text = state if isinstance(state, str) else json.dumps(state)
         settings = [(k, v) for k, v in self._settings if k not in ("resume", "resume_file")]
         self._native.close()

@@ -153,10 +153,20 @@ fn read_state_on_rank0(
         Ok(Vec::new())
     };
     // Length first (u64::MAX: rank 0 could not read it), then the bytes.
+    let too_long = |len: u64| len > crate::exec::state::MAX_BYTES;
+    let text = text.and_then(|t| match too_long(t.len() as u64) {
+        true => Err(format!(
+            "{}: {} bytes is not a loader state (at most {})",
+            path.display(),
+            t.len(),
+            crate::exec::state::MAX_BYTES
+        )),
+        false => Ok(t),
+    });
     let mut len = text.as_ref().map_or(u64::MAX, |t| t.len() as u64).to_le_bytes();
     c.broadcast(0, &mut len).map_err(|e| e.to_string())?;
     let len = u64::from_le_bytes(len);
-    if len == u64::MAX {
+    if len == u64::MAX || too_long(len) {
         return Err(text.err().unwrap_or_else(|| {
             format!("rank 0 could not read the loader state {}; see its error", path.display())
         }));
@@ -324,6 +334,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     let stretched_steps = driver.stretched_steps();
     let late_steps = driver.late_steps();
     let transfer_json = driver.transfer().map(|t| transfer_json(&args.transfer_model, t));
+    let resumed_models = driver.resumed_json();
     if let (Some(path), 0) = (&args.save_state, rank) {
         driver.state().write(path).map_err(|e| fail_job(rank, world_ranks, e))?;
     }
@@ -384,6 +395,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         "dataset": args.data.display().to_string(),
         "protocol": crate::sampler::PROTOCOL,
         "transfer": transfer_json,
+        "resumed_models": resumed_models,
     });
     if group > 1 {
         params["replica_ranks"] = json!(group);

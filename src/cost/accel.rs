@@ -155,6 +155,15 @@ impl AccelFit {
         }
     }
 
+    /// The latest `k` observations (fewer where fewer are held), oldest first, as `(Σ tokens,
+    /// Σ tokens², seconds)`: what a loader state keeps to resume the fit
+    /// ([`AccelFit::observe_many`] of them gives a fresh fit the same model where the window
+    /// held no more than `k`).
+    pub fn recent(&self, k: usize) -> Vec<[f64; 3]> {
+        let skip = self.obs.len().saturating_sub(k);
+        self.obs.iter().skip(skip).map(|o| [o.sum_tokens, o.sum_tokens_sq, o.seconds]).collect()
+    }
+
     /// Observations held.
     pub fn len(&self) -> usize {
         self.obs.len()

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::sample::{frame_count, output_shape, Params, Ratio, Strategy};
 use super::split::{self, FrameRange, Timing};
@@ -445,6 +445,144 @@ impl CostModel {
     }
 }
 
+/// The most observations a restored fit counts as ([`CostModel::restored`]).
+pub const RESTORED_OBSERVATIONS: u64 = 256;
+
+/// One codec's fit as a loader state keeps it ([`CostModel::saved`]): the normal equations, the
+/// prior's, the coefficients and the residuals' running sums, so that a resumed run predicts
+/// exactly as the run it continues did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SavedFit {
+    /// The codec's name ([`Codec::name`]).
+    pub codec: String,
+    /// The observations' weighted normal equations, `AᵀWA` row by row, then `AᵀWb`.
+    pub ata: [[f64; TERMS]; TERMS],
+    /// See `ata`.
+    pub atb: [f64; TERMS],
+    /// The prior's pseudo-observations' normal equations.
+    pub prior_ata: [[f64; TERMS]; TERMS],
+    /// See `prior_ata`.
+    pub prior_atb: [f64; TERMS],
+    /// Observations fitted.
+    pub observations: u64,
+    /// c0, c_px, c_bits, c_seek.
+    pub coefficients: [f64; TERMS],
+    /// The residuals' decayed Σ of squared log-residuals, Σ of weights, and count.
+    pub log_sq: f64,
+    /// See `log_sq`.
+    pub log_weight: f64,
+    /// See `log_sq`.
+    pub residuals: u64,
+}
+
+impl SavedFit {
+    /// `Ok` when every figure is one a fit can hold (finite; weights, sums of squares and
+    /// coefficients not negative); else what is wrong, naming the codec and the field.
+    pub fn check(&self) -> Result<Codec, String> {
+        let codec = Codec::from_name(&self.codec).filter(|c| *c != Codec::Unknown).ok_or_else(|| {
+            format!("the decode model names an unknown codec {:?}", crate::text::clipped(&self.codec, 40))
+        })?;
+        let bad = |field: &str| {
+            Err(format!("the {} decode model's {field} is not a value a fit holds", self.codec))
+        };
+        let finite = |v: &[f64]| v.iter().all(|x| x.is_finite());
+        if !finite(&self.ata.concat())
+            || !finite(&self.atb)
+            || self.ata.iter().enumerate().any(|(k, r)| r[k] < 0.0)
+        {
+            return bad("ata/atb");
+        }
+        if !finite(&self.prior_ata.concat())
+            || !finite(&self.prior_atb)
+            || self.prior_ata.iter().enumerate().any(|(k, r)| r[k] < 0.0)
+        {
+            return bad("prior_ata/prior_atb");
+        }
+        if !finite(&self.coefficients) || self.coefficients.iter().any(|&c| c < 0.0) {
+            return bad("coefficients");
+        }
+        if !(self.log_sq.is_finite()
+            && self.log_sq >= 0.0
+            && self.log_weight.is_finite()
+            && self.log_weight >= 0.0)
+        {
+            return bad("log_sq/log_weight");
+        }
+        Ok(codec)
+    }
+}
+
+impl CostModel {
+    /// Every codec's fit, in codec order, to resume from ([`CostModel::restored`]).
+    pub fn saved(&self) -> Vec<SavedFit> {
+        self.fits
+            .iter()
+            .map(|(codec, f)| SavedFit {
+                codec: codec.name().into(),
+                ata: f.ata,
+                atb: f.atb,
+                prior_ata: f.prior_ata,
+                prior_atb: f.prior_atb,
+                observations: f.n,
+                coefficients: f.coef.to_array(),
+                log_sq: f.log_sq,
+                log_weight: f.log_weight,
+                residuals: f.residuals,
+            })
+            .collect()
+    }
+
+    /// A model for workers of `cores` of a core ([`CostModel::for_worker_cores`]) holding the
+    /// `saved` fits: it predicts as the model that saved them did. A fit of more than
+    /// [`RESTORED_OBSERVATIONS`] observations counts as that many (its normal equations scaled
+    /// down alike, which keeps its coefficients): a run resumed on slower or faster machines
+    /// moves to their speed within a few hundred decodes, not as slowly as its whole history
+    /// would let it. A fit that fails [`SavedFit::check`], or a codec saved twice, is refused.
+    ///
+    /// ```
+    /// use datahelix::decode::cost::{CostModel, Features};
+    /// use datahelix::descriptor::Codec;
+    ///
+    /// let mut m = CostModel::for_worker_cores(0.4);
+    /// let f = Features { mpixels: 30.0, mbits: 80.0, discarded: 28.0 };
+    /// for k in 1..40 {
+    ///     m.observe_features(Codec::H264, &Features { mpixels: k as f64, ..f }, 0.05 * k as f64);
+    /// }
+    /// let back = CostModel::restored(0.4, &m.saved()).unwrap();
+    /// assert_eq!(back.predict_features(Codec::H264, &f), m.predict_features(Codec::H264, &f));
+    /// assert_eq!(back.planning_factor(Codec::H264), m.planning_factor(Codec::H264));
+    /// ```
+    pub fn restored(cores: f64, saved: &[SavedFit]) -> Result<CostModel, String> {
+        let mut model = CostModel::for_worker_cores(cores);
+        for s in saved {
+            let codec = s.check()?;
+            let (mut ata, mut atb, mut n) = (s.ata, s.atb, s.observations);
+            if n > RESTORED_OBSERVATIONS {
+                let k = RESTORED_OBSERVATIONS as f64 / n as f64;
+                ata.iter_mut().flatten().chain(atb.iter_mut()).for_each(|x| *x *= k);
+                n = RESTORED_OBSERVATIONS;
+            }
+            let fit = OnlineFit {
+                ata,
+                atb,
+                prior_ata: s.prior_ata,
+                prior_atb: s.prior_atb,
+                n,
+                forget: model.forget,
+                coef: Coefficients::from_array(s.coefficients),
+                log_sq: s.log_sq,
+                log_weight: s.log_weight,
+                residuals: s.residuals,
+            };
+            if model.fits.insert(codec, fit).is_some() {
+                return Err(format!("the decode model holds the {} codec twice", s.codec));
+            }
+        }
+        Ok(model)
+    }
+}
+
 /// Mean and 95th-percentile relative error `|pred − actual| / actual`.
 pub fn relative_errors(pairs: &[(f64, f64)]) -> (f64, f64) {
     if pairs.is_empty() {
@@ -581,5 +719,34 @@ mod tests {
         assert_eq!(run().to_bits(), run().to_bits());
         let (mean, p95) = relative_errors(&[(1.1, 1.0), (0.9, 1.0), (1.5, 1.0)]);
         assert!((mean - 0.7 / 3.0).abs() < 1e-12 && (p95 - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_long_history_restored_counts_as_a_few_hundred_decodes() {
+        let f = |k: u32| Features {
+            mpixels: 5.0 + (k % 17) as f64,
+            mbits: 1.0 + (k % 5) as f64,
+            discarded: (k % 3) as f64,
+        };
+        let secs = |x: &Features| 0.002 + 0.003 * x.mpixels + 0.01 * x.mbits;
+        let mut long = CostModel::for_worker_cores(0.5);
+        for k in 0..5000 {
+            long.observe_features(Codec::H264, &f(k), secs(&f(k)));
+        }
+        let mut back = CostModel::restored(0.5, &long.saved()).unwrap();
+        let probe = Features { mpixels: 20.0, mbits: 3.0, discarded: 1.0 };
+        let (a, b) = (long.predict_features(Codec::H264, &probe), back.predict_features(Codec::H264, &probe));
+        assert!((a - b).abs() <= 1e-9 * a, "{a} against {b}");
+        assert_eq!(back.codecs().next().unwrap().2, RESTORED_OBSERVATIONS);
+        // Resumed on machines half as fast, after 256 decodes there: the restored model predicts
+        // 4/3 of the old time (the new decodes weigh half as much, by 1 / seconds), the whole
+        // history 1.025 of it.
+        for k in 0..256 {
+            long.observe_features(Codec::H264, &f(k), 2.0 * secs(&f(k)));
+            back.observe_features(Codec::H264, &f(k), 2.0 * secs(&f(k)));
+        }
+        let truth = 2.0 * secs(&probe);
+        let (a, b) = (long.predict_features(Codec::H264, &probe), back.predict_features(Codec::H264, &probe));
+        assert!(b > 0.62 * truth && a < 0.55 * truth, "restored {b}, uninterrupted {a}, truth {truth}");
     }
 }

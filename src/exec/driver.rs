@@ -157,6 +157,11 @@ impl Driver {
         }
     }
 
+    /// [`Loader::resumed`] as a result file says it, where this rank decodes.
+    pub(crate) fn resumed_json(&self) -> serde_json::Value {
+        self.own().map_or(serde_json::Value::Null, |l| l.resumed().to_json())
+    }
+
     /// Every rank of the job (not only the leaders of replica groups).
     pub(crate) fn world(&self) -> &dyn Collective {
         match self {

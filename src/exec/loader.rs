@@ -406,6 +406,8 @@ struct OpenedDataset {
     dataset: DatasetId,
     index_sha256: [u8; 32],
     first_step: u64,
+    /// What the run resumed learned, where its state carries it.
+    learned: Option<crate::step::Learned>,
 }
 
 impl Loader<'_> {
@@ -450,8 +452,33 @@ impl Loader<'_> {
                 cfg.steps
             )));
         }
-        Ok(OpenedDataset { index, ids, dataset, index_sha256, first_step })
+        let learned = resume.and_then(|s| s.learned.clone());
+        Ok(OpenedDataset { index, ids, dataset, index_sha256, first_step, learned })
     }
+}
+
+/// Starts `agreed` from what the resumed run learned, where every rank's state carries the same
+/// (compared by hash: ranks given different states' files start from the priors, all of them,
+/// and say so). **Collective** (an agreement of 8 bytes), on every rank whether it resumes or not.
+fn resume_learned(
+    world: &dyn Collective,
+    agreed: &mut Agreed,
+    learned: Option<crate::step::Learned>,
+) -> Result<(), ExecError> {
+    let same = world.agree(learned.as_ref().map_or(0, crate::step::Learned::hash))?;
+    match learned {
+        Some(learned) if same => agreed.resume_from(learned),
+        Some(_) => {
+            let why = "the ranks' loader states carry different learned models (resume every rank from one \
+                       rank's state, or from states taken at the same point of the loop)";
+            if world.rank() == 0 {
+                eprintln!("datahelix: rank 0: starting the cost models from the priors: {why}");
+            }
+            agreed.resume_from_priors(why.into());
+        }
+        None => {}
+    }
+    Ok(())
 }
 
 /// Re-probes the files that changed since the dataset was indexed (size or modification time:
@@ -651,7 +678,7 @@ impl<'w> Loader<'w> {
     /// CPU group, decode pool and step engine. Collective.
     fn start(world: WorldRef<'w>, cfg: LoaderConfig, ds: OpenedDataset) -> Result<Loader<'w>, ExecError> {
         let rank = world.get().rank();
-        let OpenedDataset { index, ids, dataset, first_step, .. } = ds;
+        let OpenedDataset { index, ids, dataset, first_step, learned, .. } = ds;
         let mut cfg = cfg;
         if cfg.measure_transfer {
             cfg.transfer = super::links::measure_transfer_model(world.get())?;
@@ -689,6 +716,7 @@ impl<'w> Loader<'w> {
         };
         let plan_dump = std::env::var_os("DATAHELIX_PLAN_DUMP").map(PathBuf::from);
         let mut agreed = Agreed::new(cfg.agreed(ranks), &ids, ranks);
+        resume_learned(world.get(), &mut agreed, learned)?;
         agreed.place_only_for(rank);
         agreed.keep_inputs(rank == 0 && plan_dump.is_some());
         let mut engine = Engine::new(rank, ranks, workers_here, worker_millicores);
@@ -717,6 +745,8 @@ impl<'w> Loader<'w> {
 
     /// Where the run stands, to [`Loader::resume`] it: the next step is the one after the batch
     /// delivered last (checkpoint it with the model after that step's optimizer update).
+    /// It carries what the policy learned so far, which a resumed run starts from: take it at
+    /// the same point of the loop on every rank (or have every rank resume from one rank's).
     pub fn state(&self) -> LoaderState {
         LoaderState::new(
             self.cfg.seed,
@@ -725,6 +755,13 @@ impl<'w> Loader<'w> {
             self.cfg.global_batch as u64,
             self.dataset.clone(),
         )
+        .with_learned(Some(self.agreed.learned()))
+    }
+
+    /// Whether this loader started from what the run it resumed had learned (`null` in JSON
+    /// where it did not resume from a state that carries it).
+    pub fn resumed(&self) -> &crate::step::Resumed {
+        self.agreed.resumed()
     }
 
     /// The collectives the loader runs on (also the caller's to use between loader calls).

@@ -47,8 +47,8 @@ const ENTRY: usize = 64;
 const FAILED: u64 = u64::MAX;
 /// A batch entry's tensor follows the table (it was not sent ahead).
 const NOT_AHEAD: u64 = u64::MAX;
-/// The longest loader state a follower accepts from its leader (a state is ~500 bytes).
-const MAX_STATE_BYTES: u64 = 64 << 10;
+/// The longest loader state a follower accepts from its leader (the longest any rank reads).
+const MAX_STATE_BYTES: u64 = super::state::MAX_BYTES;
 
 /// One rank of a replica group: the loader on its leader, a receiver elsewhere.
 pub struct ReplicaLoader<'w> {
@@ -275,7 +275,7 @@ impl<'w> ReplicaLoader<'w> {
                 "rank {r} of this replica group could not open its loader (its error says why)"
             )));
         }
-        let follower_state = share_state(&group, leader.as_ref().map(Loader::state))?;
+        let follower_state = share_state(&group, leader.as_ref().map(|l| l.state().with_learned(None)))?;
         Ok(ReplicaLoader {
             leader,
             meta,
@@ -289,12 +289,15 @@ impl<'w> ReplicaLoader<'w> {
         })
     }
 
-    /// Where the run stands, the same on every rank of the group: the leader's
-    /// [`Loader::state`]; a follower's copy of it, advanced to the step after the last batch
-    /// it received. Not collective.
+    /// Where the run stands, the same document on every rank of the group: the leader's
+    /// [`Loader::state`] without what its policy learned (replica groups resume from the
+    /// priors); a follower's copy of it, advanced to the step after the last batch it received.
+    /// Not collective.
     pub fn state(&self) -> LoaderState {
         match (&self.leader, &self.follower_state) {
-            (Some(loader), _) => loader.state(),
+            // Without the learned models, which only the leader has: any rank's state is the
+            // same document, and a group plans its first steps after a resume from the priors.
+            (Some(loader), _) => loader.state().with_learned(None),
             (None, Some(state)) => state.clone(),
             (None, None) => unreachable!("a follower keeps its leader's state from the start"),
         }

@@ -19,17 +19,24 @@
 //! The global batch of a step depends only on the dataset's ids, the seed and the step
 //! ([`crate::sampler`]), so the state needs no rank, world size or policy internals to resume the
 //! exact global batches of a run that never stopped; the batches' split across ranks may differ.
-//! What the policies learned (decode and accelerator cost models) is learned again in a few
-//! steps.
+//! A state a loader writes also carries what its policy learned ([`Learned`]: the decode and
+//! accelerator cost models, the CPUs' recent pace), so that the resumed run plans its first steps
+//! with them instead of the priors. Version 1 documents, without it, are still read.
 
 use serde::{Deserialize, Serialize};
 
 use crate::sampler::{epoch_of, words_hash};
+use crate::step::Learned;
 
 /// The `format` field of every state document.
 pub const FORMAT: &str = "datahelix-loader-state";
-/// The document version this build writes and reads.
-pub const VERSION: u32 = 1;
+/// The document version this build writes (it reads this one and version 1, which has no
+/// `learned`).
+pub const VERSION: u32 = 2;
+
+/// The largest state document read (a state with every codec's decode model and the
+/// accelerator observations it keeps is ~30 KiB).
+pub const MAX_BYTES: u64 = 1 << 20;
 
 /// Which dataset a state belongs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,7 +50,7 @@ pub struct DatasetId {
 }
 
 /// Where a run stands: the next step to deliver, and what it must be resumed with.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoaderState {
     /// Always [`FORMAT`].
@@ -70,6 +77,9 @@ pub struct LoaderState {
     pub manifest_sha256: String,
     /// SHA-256 of the dataset's index content, hex.
     pub index_sha256: String,
+    /// What the policy learned by then (absent in version 1 documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned: Option<Learned>,
     /// [`words_hash`] of the document without this field, hex: catches edits and damage.
     pub checksum: String,
 }
@@ -98,10 +108,18 @@ impl LoaderState {
             samples,
             manifest_sha256,
             index_sha256,
+            learned: None,
             checksum: String::new(),
         };
         s.checksum = s.expected_checksum();
         s
+    }
+
+    /// The same state carrying what the policy learned.
+    pub fn with_learned(mut self, learned: Option<Learned>) -> LoaderState {
+        self.learned = learned;
+        self.checksum = self.expected_checksum();
+        self
     }
 
     fn expected_checksum(&self) -> String {
@@ -119,16 +137,20 @@ impl LoaderState {
     /// Reads a document, refusing one that is malformed, truncated, of another format or
     /// version, inconsistent, or edited since it was written (the checksum).
     pub fn from_json(text: &str) -> Result<LoaderState, String> {
+        if text.len() as u64 > MAX_BYTES {
+            return Err(format!("not a loader state ({} bytes; a state is at most {MAX_BYTES})", text.len()));
+        }
         let value: serde_json::Value = serde_json::from_str(text)
             .map_err(|e| format!("not a loader state (malformed or truncated JSON: {e})"))?;
         if value.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
             return Err(format!("not a loader state (its \"format\" is not \"{FORMAT}\")"));
         }
         match value.get("version").and_then(|v| v.as_u64()) {
+            Some(1) if value.get("learned").is_none() => {}
             Some(v) if v == VERSION as u64 => {}
             v => {
                 return Err(format!(
-                    "a loader state of version {}, this build reads version {VERSION}",
+                    "a loader state of version {}, this build reads versions 1 and {VERSION}",
                     v.map_or("?".into(), |v| v.to_string())
                 ))
             }
@@ -140,6 +162,9 @@ impl LoaderState {
             return Err("the loader state was changed after it was written (its checksum does not match); \
                  use the file the run wrote"
                 .into());
+        }
+        if let Some(learned) = &s.learned {
+            learned.check().map_err(|e| format!("the loader state's learned models are unusable: {e}"))?;
         }
         let epoch = epoch_of(s.next_step.saturating_mul(s.global_batch), s.samples);
         if s.global_batch == 0 || s.samples == 0 || s.epoch != epoch {
@@ -153,8 +178,12 @@ impl LoaderState {
 
     /// Reads a state file; the error names the file.
     pub fn read(path: &std::path::Path) -> Result<LoaderState, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read the loader state {}: {e}", path.display()))?;
+        let cannot = |e: String| format!("cannot read the loader state {}: {e}", path.display());
+        let len = std::fs::metadata(path).map_err(|e| cannot(e.to_string()))?.len();
+        if len > MAX_BYTES {
+            return Err(cannot(format!("{len} bytes, a state is at most {MAX_BYTES}")));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| cannot(e.to_string()))?;
         LoaderState::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
@@ -235,12 +264,94 @@ mod tests {
         assert!(LoaderState::from_json(truncated).unwrap_err().contains("malformed or truncated"));
         assert!(LoaderState::from_json("").is_err());
         assert!(LoaderState::from_json("{\"format\": \"other\"}").unwrap_err().contains("format"));
-        let v2 = text.replace("\"version\": 1", "\"version\": 2");
-        assert!(LoaderState::from_json(&v2).unwrap_err().contains("version 2"));
+        let v3 = text.replace("\"version\": 2", "\"version\": 3");
+        assert!(LoaderState::from_json(&v3).unwrap_err().contains("version 3"));
         let edited = text.replace("\"seed\": 7", "\"seed\": 8");
         assert!(LoaderState::from_json(&edited).unwrap_err().contains("checksum"));
         let extra = text.replacen('{', "{\"unknown\": 1,", 1);
         assert!(LoaderState::from_json(&extra).is_err());
+    }
+
+    /// `s` with its checksum made to match its (edited) fields.
+    fn signed(mut s: LoaderState) -> String {
+        s.checksum = s.expected_checksum();
+        s.to_json()
+    }
+
+    /// An agreed state that has fitted a few observations of every kind.
+    fn learned() -> Learned {
+        use crate::decode::cost::{CostModel, Features};
+        use crate::descriptor::Codec;
+        let mut decode = CostModel::for_worker_cores(0.4);
+        for k in 1..30 {
+            let f = Features { mpixels: k as f64 * 3.1, mbits: 7.0 / k as f64, discarded: (k % 5) as f64 };
+            decode.observe_features(Codec::H264, &f, 0.013 * k as f64 + 0.1 / k as f64);
+            decode.observe_features(Codec::Jpeg, &f, 0.003 * k as f64);
+        }
+        Learned {
+            worker_millicores: 400,
+            decode: decode.saved(),
+            accel: (1..40)
+                .map(|k| [k as f64 * 101.3, (k * k) as f64 * 1e4 / 3.0, 0.1 + k as f64 / 7.0])
+                .collect(),
+            zstd: [2.7, 3.1e8],
+            paces: vec![0.3, 1.0 / 3.0, 0.7],
+            wholes: vec![0.4, 0.5, 0.9],
+            balanced: vec![1.1, 1.2, 1.0 / 7.0],
+        }
+    }
+
+    #[test]
+    fn learned_models_cross_the_file_bit_for_bit() {
+        let s = LoaderState::new(7, 6, "helix", 16, dataset()).with_learned(Some(learned()));
+        let back = LoaderState::from_json(&s.to_json()).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.learned.as_ref().unwrap().hash(), learned().hash());
+        assert!(s.to_json().len() < MAX_BYTES as usize / 16, "{} bytes", s.to_json().len());
+    }
+
+    #[test]
+    fn a_version_1_document_still_reads() {
+        let mut v1 = LoaderState::new(7, 6, "helix", 16, dataset());
+        v1.version = 1;
+        v1.checksum = v1.expected_checksum();
+        let text = v1.to_json();
+        assert!(!text.contains("learned"));
+        assert_eq!(LoaderState::from_json(&text).unwrap(), v1);
+        // Version 1 has no learned models: one that claims both is not a document any build wrote.
+        v1.learned = Some(learned());
+        assert!(LoaderState::from_json(&signed(v1)).unwrap_err().contains("version 1"));
+    }
+
+    #[test]
+    fn learned_figures_no_run_could_learn_are_refused_with_the_field() {
+        let state = |l: Learned| signed(LoaderState::new(7, 6, "helix", 16, dataset()).with_learned(Some(l)));
+        let mut l = learned();
+        l.decode[0].coefficients[1] = -1e-3;
+        let e = LoaderState::from_json(&state(l)).unwrap_err();
+        assert!(
+            e.contains("learned models are unusable") && e.contains("h264 decode model's coefficients"),
+            "{e}"
+        );
+        let mut l = learned();
+        l.decode[1].codec = "h267".into();
+        assert!(LoaderState::from_json(&state(l)).unwrap_err().contains("unknown codec \"h267\""));
+        let mut l = learned();
+        l.decode[1] = l.decode[0].clone();
+        assert!(LoaderState::from_json(&state(l)).unwrap_err().contains("h264 codec twice"));
+        let mut l = learned();
+        l.accel = vec![[1.0, 1.0, 0.5]; crate::step::MAX_ACCEL_OBSERVATIONS + 1];
+        assert!(LoaderState::from_json(&state(l)).unwrap_err().contains("at most 128"));
+        let mut l = learned();
+        l.accel[3][2] = -0.5;
+        assert!(LoaderState::from_json(&state(l)).unwrap_err().contains("accelerator observation"));
+        let mut l = learned();
+        l.paces = vec![0.5; 9];
+        assert!(LoaderState::from_json(&state(l)).unwrap_err().contains("9 paces"));
+        // A number JSON cannot hold is written as null, which no figure accepts.
+        let mut l = learned();
+        l.zstd[0] = f64::NAN;
+        assert!(LoaderState::from_json(&state(l)).unwrap_err().contains("not a valid loader state"));
     }
 
     #[test]

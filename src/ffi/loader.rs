@@ -650,13 +650,14 @@ pub extern "C" fn dh_loader_new_with_comm(
     })
 }
 
-/// Copies the loader's state — where the run stands, a JSON document of a few hundred bytes —
+/// Copies the loader's state — where the run stands, a JSON document of a few KiB —
 /// into `buf` (truncated to `len - 1` bytes and NUL-terminated when `len > 0`; nothing is written
 /// when `buf` is NULL or `len` is 0) and writes the length the whole document needs, NUL
 /// included, to `*needed_out`. Save it with the model's checkpoint after a step's update; a new
 /// loader continues from it with the configuration key `resume`: its first batch is the step
-/// after the one delivered last, and every global batch is the one an uninterrupted run delivers
-/// (at any world size). Not collective. Fails with `DH_NULL_PARAMETER` or `DH_CLOSED`.
+/// after the one delivered last, every global batch is the one an uninterrupted run delivers
+/// (at any world size), and it plans with the cost models this run learned. Not collective.
+/// Fails with `DH_NULL_PARAMETER` or `DH_CLOSED`.
 #[no_mangle]
 pub extern "C" fn dh_loader_state(
     loader: *mut dh_loader,

@@ -8,9 +8,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::learned::{Learned, Resumed, MAX_ACCEL_OBSERVATIONS};
 use super::{PartKey, StepError};
 use crate::cost::accel::{AccelFit, AccelModel, TokenFormula};
-use crate::decode::cost::{CostModel, Features};
+use crate::decode::cost::{CostModel, Features, SavedFit};
 use crate::decode::sample::{output_shape, Params};
 use crate::decode::split::FrameRange;
 use crate::descriptor::{Codec, Descriptor};
@@ -214,6 +215,13 @@ pub struct Agreed {
     ranks: usize,
     sampler: Sampler,
     decode_model: CostModel,
+    /// The slowest decode worker's share of a core (thousandths; 0: not enforced), from the
+    /// first round's records: the decode priors are scaled to it.
+    worker_millicores: u32,
+    /// A resumed run's decode models, with the share they were measured at, until the first
+    /// round says whether this run's workers have the same ([`Agreed::resume_from`]).
+    resumed_decode: Option<(u32, Vec<SavedFit>)>,
+    resumed: Resumed,
     accel: AccelFit,
     states: Vec<RankState>,
     zstd_shared: (f64, f64),
@@ -291,6 +299,9 @@ impl Agreed {
             cfg,
             ranks,
             decode_model: CostModel::default(),
+            worker_millicores: 0,
+            resumed_decode: None,
+            resumed: Resumed::No,
             states: Vec::new(),
             zstd_shared: (0.0, 0.0),
             plans: BTreeMap::new(),
@@ -403,6 +414,80 @@ impl Agreed {
         }
     }
 
+    /// What this state learned so far, for a loader state to resume from
+    /// ([`Agreed::resume_from`]).
+    pub fn learned(&self) -> Learned {
+        let (worker_millicores, decode) = match &self.resumed_decode {
+            // Resumed, and no round yet: what the state gave.
+            Some((m, fits)) => (*m, fits.clone()),
+            None => (self.worker_millicores, self.decode_model.saved()),
+        };
+        Learned {
+            worker_millicores,
+            decode,
+            accel: self.accel.recent(MAX_ACCEL_OBSERVATIONS),
+            zstd: [self.zstd_shared.0, self.zstd_shared.1],
+            paces: self.paces.iter().copied().collect(),
+            wholes: self.wholes.iter().copied().collect(),
+            balanced: self.balanced.iter().copied().collect(),
+        }
+    }
+
+    /// Starts from what a run before learned (checked: [`Learned::check`]), before the first
+    /// round: the accelerator fit, the zstd figures and the CPUs' recent pace at once; the decode
+    /// models at the first round, where its records show workers of the share they were measured
+    /// at (else the priors, and [`Agreed::resumed`] says why).
+    pub fn resume_from(&mut self, learned: Learned) {
+        let obs: Vec<(f64, f64, f64)> = learned.accel.iter().map(|o| (o[0], o[1], o[2])).collect();
+        self.accel.observe_many(&obs);
+        self.zstd_shared = (learned.zstd[0], learned.zstd[1]);
+        let tail = |w: Vec<f64>| w.iter().rev().take(PACE_STEPS).rev().copied().collect();
+        self.paces = tail(learned.paces);
+        self.wholes = tail(learned.wholes);
+        self.balanced = tail(learned.balanced);
+        self.resumed_decode = Some((learned.worker_millicores, learned.decode));
+        self.resumed = Resumed::Restored;
+    }
+
+    /// A resumed run's start that restores nothing, and why (the ranks' states disagree).
+    pub fn resume_from_priors(&mut self, why: String) {
+        self.resumed = Resumed::Priors(why);
+    }
+
+    /// Whether, and how far, this state started from what a run before learned.
+    pub fn resumed(&self) -> &Resumed {
+        &self.resumed
+    }
+
+    /// The decode model of the first round: the resumed one where the workers' share matches,
+    /// else the priors scaled to the slowest worker.
+    fn first_decode_model(&mut self) -> CostModel {
+        let m = self.worker_millicores;
+        let cores = if m > 0 { m as f64 / 1000.0 } else { 1.0 };
+        let share = |m: u32| {
+            if m > 0 {
+                format!("{:.3} of a core", m as f64 / 1000.0)
+            } else {
+                "an unenforced CPU budget".into()
+            }
+        };
+        match self.resumed_decode.take() {
+            Some((saved, fits)) if saved == m => match CostModel::restored(cores, &fits) {
+                Ok(model) => return model,
+                Err(why) => self.resumed = Resumed::DecodePriors(why),
+            },
+            Some((saved, _)) => {
+                self.resumed = Resumed::DecodePriors(format!(
+                    "they were measured on decode workers of {}, this run's have {}",
+                    share(saved),
+                    share(m)
+                ))
+            }
+            None => {}
+        }
+        CostModel::for_worker_cores(cores)
+    }
+
     /// Files round `round`'s records (rank order) — once: a later call for the same round is a
     /// no-op (the simulator's engines all file it). `step` is the step the records close.
     pub fn absorb(&mut self, round: u64, step: u64, records: &[StepRecord]) {
@@ -419,7 +504,8 @@ impl Agreed {
         if round == 0 {
             // The priors are for a whole core: scale them to the slowest rank's worker.
             let slowest = records.iter().map(|r| r.worker_millicores).filter(|&m| m > 0).min();
-            self.decode_model = CostModel::for_worker_cores(slowest.map_or(1.0, |m| m as f64 / 1000.0));
+            self.worker_millicores = slowest.unwrap_or(0);
+            self.decode_model = self.first_decode_model();
         }
         for r in records {
             for o in &r.observations {

@@ -77,12 +77,14 @@
 
 mod agreed;
 mod engine;
+mod learned;
 
 pub use agreed::{
     AfterDecode, Agreed, AgreedConfig, Catalog, LastExchange, Planned, Slot, DEFAULT_MAX_SKIP_RATE,
     MIN_SKIPS_JUDGED,
 };
 pub use engine::{Counters, Engine};
+pub use learned::{Learned, Resumed, MAX_ACCEL_OBSERVATIONS};
 
 use std::sync::Arc;
 
