@@ -8,6 +8,11 @@
 //!
 //! With `DELAY_SEED`, every rank sleeps a random 0–40 ms before each loader call (a different
 //! draw per rank, step and call). Prints `ok RANK STEPS` on success; exits non-zero otherwise.
+//!
+//! With `OWN_SETUP=prepare:MS` (or `plain:MS`) in the environment, the job spends MS
+//! milliseconds setting up (as a model load would) between opening the loader and its first
+//! batch, having called `prepare_ahead` first (or not), and prints `first RANK DONE OWN`: of the
+//! OWN decodes of step 0 on this rank, DONE had finished before the first `next_batch`.
 
 use std::time::Duration;
 
@@ -51,7 +56,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     cfg.seed = 5;
     cfg.check_plan = true;
     cfg.split_above_s = split_above;
+    let setup: Option<(bool, u64)> = std::env::var("OWN_SETUP").ok().and_then(|v| {
+        let (mode, ms) = v.split_once(':')?;
+        Some((mode == "prepare", ms.parse().ok()?))
+    });
+    cfg.trace = setup.is_some();
     let mut loader = Loader::new(world, cfg)?;
+    if let Some((prepare, ms)) = setup {
+        if prepare {
+            loader.prepare_ahead()?;
+        }
+        std::thread::sleep(Duration::from_millis(ms));
+    }
     let index = datahelix::index::Index::open(&loader.config().data)?;
     let ids: Vec<u64> = index.iter().filter_map(Result::ok).map(|d| d.id).collect();
     let sampler = Sampler::new(&ids, 5);
@@ -69,6 +85,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let batch = loader.next_batch()?;
         if batch.step != step {
             return Err(format!("rank {rank}: expected step {step}, got {}", batch.step).into());
+        }
+        if step == 0 && setup.is_some() {
+            let (done, own) = decodes_before_first_batch(loader.spans());
+            println!("first {rank} {done} {own}");
         }
         // The caller's own collective: how many samples each rank holds (an all-gather).
         let held = (batch.samples.len() + batch.skipped.len()) as u64;
@@ -114,4 +134,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("ok {rank} {steps} collectives {issued} bytes_in {}", loader.counters().bytes_in);
     drop(loader);
     Ok(())
+}
+
+/// Of this rank's decodes of step 0 (trace spans `decode … (step 0, …`), how many had ended
+/// when the first batch was asked for (the start of the span `input step 0`), and how many there
+/// are.
+fn decodes_before_first_batch(spans: &[datahelix::metrics::Span]) -> (usize, usize) {
+    let asked = spans.iter().find(|s| s.name == "input step 0").map_or(f64::INFINITY, |s| s.start_s);
+    let own: Vec<f64> = spans
+        .iter()
+        .filter(|s| s.cat == "decode" && s.name.contains("(step 0,"))
+        .map(|s| s.start_s + s.dur_s)
+        .collect();
+    (own.iter().filter(|&&end| end <= asked).count(), own.len())
 }

@@ -37,11 +37,18 @@ fn target_dir() -> PathBuf {
 }
 
 fn mpirun(program: &Path, policy: &str, delay: Option<u64>) -> String {
+    mpirun_env(program, policy, delay, &[])
+}
+
+fn mpirun_env(program: &Path, policy: &str, delay: Option<u64>, env: &[(&str, &str)]) -> String {
     // One job at a time: two 4-rank jobs on two cores would only test the watchdog's patience.
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let mut cmd = Command::new("mpirun");
     common::mpi_env(&mut cmd).args(["--tag-output", "-np", "4"]);
+    for (k, v) in env {
+        cmd.args(["-x", &format!("{k}={v}")]);
+    }
     cmd.env("DATAHELIX_COLLECTIVE_TIMEOUT", "90").env("DATAHELIX_LOG", "warn");
     cmd.arg(program).arg(dataset()).arg(policy);
     cmd.args([STEPS.to_string(), GLOBAL_BATCH.to_string(), "4".into()]);
@@ -84,6 +91,44 @@ fn a_rust_loop_with_its_own_collectives_finishes_every_step() {
             );
             let moved: u64 = done.iter().map(|f| f[6].parse::<u64>().unwrap()).sum();
             assert!(moved > 0, "{policy}: no tensor moved between ranks, so no exchange was tested:\n{out}");
+        }
+    }
+}
+
+/// A job that calls `prepare_ahead` right after opening the loader and then spends 6 s setting
+/// up (a model load) finds its first batch decoded: on every rank, every decode of step 0 had
+/// ended before the first `next_batch` (without the call, none had begun), and the run goes on
+/// with the global batches checked step by step.
+#[test]
+fn prepare_ahead_before_the_first_batch_decodes_it_during_the_callers_setup() {
+    let program = target_dir().join("examples/own_collectives");
+    assert!(program.exists(), "{} is not built (cargo build --examples)", program.display());
+    for (mode, early) in [("prepare", true), ("plain", false)] {
+        let setup = format!("{mode}:6000");
+        let out = mpirun_env(&program, "helix", None, &[("OWN_SETUP", &setup)]);
+        let lines = lines(&out);
+        assert_eq!(
+            lines.iter().filter(|l| l.starts_with("ok ")).count(),
+            4,
+            "{mode}: every rank finishes:\n{out}"
+        );
+        // first RANK DONE OWN
+        let first: Vec<(usize, usize)> = lines
+            .iter()
+            .filter(|l| l.starts_with("first "))
+            .map(|l| {
+                let f: Vec<usize> = l.split(' ').skip(2).map(|w| w.parse().unwrap()).collect();
+                (f[0], f[1])
+            })
+            .collect();
+        assert_eq!(first.len(), 4, "{mode}: one line per rank:\n{out}");
+        assert!(first.iter().map(|f| f.1).sum::<usize>() > 0, "{mode}: no decode of step 0 traced:\n{out}");
+        for (done, own) in first {
+            let want = if early { own } else { 0 };
+            assert_eq!(
+                done, want,
+                "{mode}: {done} of a rank's {own} decodes of step 0 ended before its first batch:\n{out}"
+            );
         }
     }
 }

@@ -487,8 +487,10 @@ dh_result dh_loader_next(struct dh_loader *loader,
  * (without it, `dh_loader_next` does this work on the input-wait path). **Collective**: call
  * it on every rank at every step, or never. With `replica_ranks`, a group's first rank then
  * sends its group what it holds of the next batch, which the others receive here, off their
- * next `dh_loader_next`. Fails with `DH_NULL_PARAMETER`, `DH_CLOSED`, or
- * `DH_COLLECTIVE`/`DH_LOADER` (the loader is then failed: free it).
+ * next `dh_loader_next`. Called before the first `dh_loader_next`, it plans the first steps and
+ * starts decoding them: call it right after `dh_loader_new`, then load the model. Fails with
+ * `DH_NULL_PARAMETER`, `DH_CLOSED`, or `DH_COLLECTIVE`/`DH_LOADER` (the loader is then failed:
+ * free it).
  */
 dh_result dh_loader_prepare_ahead(struct dh_loader *loader);
 

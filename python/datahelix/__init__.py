@@ -149,7 +149,9 @@ class Loader:
         right after launching the step on the accelerator (without it, the next ``next`` does
         this work on the input-wait path). With ``replica_ranks``, a group's first rank then
         sends the rest of its group what it holds of the next batch, off their next ``next``.
-        **Collective**: on every rank at every step, or never."""
+        Called before the first batch, it starts decoding the first steps: call it right after
+        making the loader, then load the model. **Collective**: on every rank at every step, or
+        never."""
         self._native.prepare_ahead()
 
     def ship_ahead(self, seconds_to_step_end):

@@ -967,6 +967,10 @@ impl<'w> Loader<'w> {
     /// step, or never. With [`LoaderConfig::late_pieces`] it first sends what this rank owes a
     /// late rank, which waits for it inside its `next_batch`: no collective of the caller's may
     /// come between the two calls.
+    ///
+    /// Called before the first `next_batch` (of a run or of a resumed run), it plans the first
+    /// steps and starts decoding them at once: open the loader, call it, then load the model —
+    /// the first batch is decoded meanwhile instead of after (on every rank, or on none).
     pub fn prepare_ahead(&mut self) -> Result<(), ExecError> {
         self.drive(Call::Prepare).map(drop)
     }

@@ -347,14 +347,22 @@ impl Engine {
                 self.stages.push_back(Stage::Collect { step: s });
             }
             Call::Prepare => {
-                let Some(current) = self.next_step.checked_sub(1) else { return Ok(()) };
-                if self.prepared == Some(self.next_step) {
+                let s = self.next_step;
+                if self.prepared == Some(s) {
                     return Ok(());
                 }
+                if self.rounds == 0 {
+                    // Before the first batch (of the run, or of a resumed run): the round its
+                    // `Next` would take, now, so that the first steps decode while the caller
+                    // still loads its model. Nothing is planned yet, so nothing is exchanged.
+                    self.stages.push_back(Stage::Round { current: s, from: s });
+                } else {
+                    let Some(current) = s.checked_sub(1) else { return Ok(()) };
+                    self.stages.push_back(Stage::Exchange { step: s, label: "prepare", all: false });
+                    self.stages.push_back(Stage::Round { current, from: s });
+                }
                 self.prepares = true;
-                self.prepared = Some(self.next_step);
-                self.stages.push_back(Stage::Exchange { step: self.next_step, label: "prepare", all: false });
-                self.stages.push_back(Stage::Round { current, from: self.next_step });
+                self.prepared = Some(s);
             }
             Call::Ship { step_end_s } => {
                 self.ships = true;

@@ -14,14 +14,17 @@
 //! use datahelix::step::{Action, Call, Engine};
 //!
 //! let mut engine = Engine::new(0, 1, 1, 0);
-//! engine.begin(Call::Prepare).unwrap(); // nothing to prepare before the first step
+//! // Before the first step, `Prepare` takes the round the first `Next` would: the first steps
+//! // are planned, and their decodes begin, while the caller still sets up.
+//! engine.begin(Call::Prepare).unwrap();
 //! # struct NoData;
 //! # impl datahelix::step::Catalog for NoData {
 //! #     fn lookup(&self, _: u64) -> Result<Option<(usize, datahelix::descriptor::Descriptor)>, String> { Ok(None) }
 //! # }
 //! # let cfg = datahelix::step::AgreedConfig::for_tests();
 //! # let mut agreed = datahelix::step::Agreed::new(cfg, &[1, 2], 1);
-//! assert!(matches!(engine.poll(&mut agreed, &NoData, None).unwrap(), Action::Done));
+//! // Its first action is the round's all-gather of every rank's step record.
+//! assert!(matches!(engine.poll(&mut agreed, &NoData, None).unwrap(), Action::Gather(_)));
 //! ```
 //!
 //! # The collective schedule of a step
@@ -34,6 +37,7 @@
 //! |---|---|
 //! | [`Call::Next`] of step `s` | if `s` was not prepared: a *round* (below); else, if the plan of `s` splits a sample and predicts a rank late by more than the step takes (helix): a round first, so that step `s + L` starts decoding while that rank waits — on a step that waits anyway; if `moves(s)`: one exchange of every tensor of `s` still owed (senders wait for their decodes); the after-decode step — helix's gate: when the plan's sizes make a rebalance pay, an exchange of the samples it moves that did not move at `Ship`; post-balance: one fixed-size all-gather of the decoded sizes (each rank's padded to the most slots a rank trains), then an exchange when it balances |
 //! | [`Call::Prepare`] (after `Next(s)`) | if `moves(s+1)`: one exchange of what of `s+1` is decoded already; a round |
+//! | [`Call::Prepare`] before the first `Next` | a round (the one that `Next` then skips) |
 //! | [`Call::Ship`] (near the end of step `s`) | if `moves(s+1)`: an exchange of what of `s+1` is decoded; a wait (local) until shortly before the slowest rank's predicted end; a second exchange of `s+1`; helix, when `s+1` is planned: its gate is decided here (from the plan's sizes, on the model every rank holds at this point of its calls) and, when it moves samples, one exchange of those put together by now — every pair of the decision meets, so both sides know what came and what is left for `Next` |
 //!
 //! A *round* all-gathers every rank's [`crate::plan::record::StepRecord`], plans the steps up to
