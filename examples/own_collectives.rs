@@ -56,10 +56,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     cfg.seed = 5;
     cfg.check_plan = true;
     cfg.split_above_s = split_above;
-    let setup: Option<(bool, u64)> = std::env::var("OWN_SETUP").ok().and_then(|v| {
-        let (mode, ms) = v.split_once(':')?;
-        Some((mode == "prepare", ms.parse().ok()?))
-    });
+    let setup: Option<(bool, u64)> = match std::env::var("OWN_SETUP") {
+        Err(_) => None,
+        Ok(v) => match v.split_once(':').map(|(mode, ms)| (mode, ms.parse::<u64>())) {
+            Some(("prepare", Ok(ms))) => Some((true, ms)),
+            Some(("plain", Ok(ms))) => Some((false, ms)),
+            _ => return Err(format!("OWN_SETUP={v:?}: expected prepare:MS or plain:MS").into()),
+        },
+    };
     cfg.trace = setup.is_some();
     let mut loader = Loader::new(world, cfg)?;
     if let Some((prepare, ms)) = setup {

@@ -205,21 +205,21 @@ fn a_resumed_run_plans_with_what_the_run_before_learned() {
         batches(&warm).into_values().map(|b| b.0).collect::<Vec<_>>(),
         batches(&cold).into_values().map(|b| b.0).collect::<Vec<_>>()
     );
-    // Step 4's samples, planned before anything of the resumed run was measured.
+    // Steps 4 and 5 were planned at the resumed run's first round, before it measured anything.
     let both: Vec<(u64, f64, f64)> = warm_predicted
         .iter()
-        .filter(|((step, _), _)| *step == 4)
-        .filter_map(|((_, id), p)| cold_predicted.get(&(4, *id)).map(|c| (*id, *p, *c)))
+        .filter(|((step, _), _)| *step < 6)
+        .filter_map(|(key, p)| cold_predicted.get(key).map(|c| (key.1, *p, *c)))
         .collect();
-    // Traces print milliseconds: compare the decodes predicted at 20 ms or more.
-    let large: Vec<_> = both.into_iter().filter(|&(_, w, c)| w.max(c) >= 0.02).collect();
-    assert!(!large.is_empty(), "no decode of step 4 predicted at 20 ms or more in both runs");
-    for (id, warm, cold) in large {
-        assert_ne!(
-            warm, cold,
-            "sample {id} of step 4 predicted {warm} s from the state and from the priors alike"
-        );
-    }
+    assert!(both.len() >= 4, "{} decodes of steps 4-5 traced in both runs", both.len());
+    // Traces print milliseconds, and a learned model can meet the prior's at some sample: most
+    // predictions differ, not every one (with the decode models not restored, none did).
+    let differ = both.iter().filter(|(_, w, c)| w != c).count();
+    assert!(
+        2 * differ > both.len(),
+        "{differ} of {} decodes of steps 4-5 predicted otherwise from the state than from the priors: {both:?}",
+        both.len()
+    );
 }
 
 fn refused(args: &[&str], expect: &str) {

@@ -34,6 +34,10 @@ The step driver runs on the training thread, from hooks around the user's step:
   ``synchronize=torch.cuda.synchronize`` to measure the device's work, not its launch);
 - without hooks, a step is reported when the next batch is asked for.
 
+A loader decodes nothing before it is asked: to have the first batch decoded while the job still
+loads its checkpoint or compiles its model, call ``data.loader.prepare_ahead()`` on every rank
+right after making ``data`` (and again after ``data.load_state_dict``, which reopens it).
+
 Every rank runs the same hooks in the same order: they are collective, like the loader. Use it
 directly (``for batch in data``) or in ``torch.utils.data.DataLoader(data, batch_size=None)``
 with ``num_workers=0``: the loader already decodes on its own threads, and it cannot run in a

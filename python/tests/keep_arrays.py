@@ -35,6 +35,8 @@ def main():
     ap.add_argument("--policy", default="helix")
     ap.add_argument("--save-state-at", type=int, default=None)
     ap.add_argument("--resume", default=None)
+    ap.add_argument("--prepare-at-open", action="store_true",
+                    help="call prepare_ahead once, before the first batch (after resuming)")
     args = ap.parse_args()
 
     # A bad setting is refused before anything is opened, with the library's code and message.
@@ -67,6 +69,8 @@ def main():
         if args.resume:
             with open(args.resume.format(rank=rank)) as f:
                 loader.load_state_dict(json.load(f))
+        if args.prepare_at_open:
+            loader.prepare_ahead()
         for batch in loader:
             arrays = batch.tensors
             assert len(arrays) == len(batch.ids) == len(batch.tokens), batch

@@ -472,7 +472,10 @@ fn resume_learned(
             let why = "the ranks' loader states carry different learned models (resume every rank from one \
                        rank's state, or from states taken at the same point of the loop)";
             if world.rank() == 0 {
-                eprintln!("datahelix: rank 0: starting the cost models from the priors: {why}");
+                // Once, whole, on stderr: a C or Python host has no log subscriber.
+                crate::comm::say_whole(&format!(
+                    "datahelix: rank 0: every rank starts its cost models from the priors: {why}"
+                ));
             }
             agreed.resume_from_priors(why.into());
         }
