@@ -403,6 +403,36 @@ fn a_measured_transfer_model_tells_a_nodes_links_from_the_network() {
     }
 }
 
+/// `--prepare-at-open --setup-s 2`: the loader plans and starts decoding the first steps before
+/// an emulated set-up of 2 s, and the run delivers every global batch once with the bytes of a
+/// run without either; the result says how it started. A set-up that is not a duration is a
+/// usage error.
+#[test]
+fn a_run_prepared_at_open_delivers_the_same_batches() {
+    let dir = common::tiny_dataset();
+    let ids = common::manifest_ids(&dir);
+    let out = tempfile::tempdir().unwrap();
+    let plain = train(&dir, "helix", &out.path().join("plain.json"), &["--checksums"]);
+    let extra = ["--checksums", "--prepare-at-open", "--setup-s", "2"];
+    let early = train(&dir, "helix", &out.path().join("early.json"), &extra);
+    assert_exactly_once(&early, &ids);
+    assert_eq!(step_checksums(&early), step_checksums(&plain), "prepared at open, other bytes");
+    assert_eq!(early["params"]["prepare_at_open"], true);
+    assert_eq!(early["params"]["setup_s"], 2.0);
+    for bad in ["-1", "nan", "1e9"] {
+        let setup = format!("--setup-s={bad}");
+        let o = common::run(
+            common::datahelix()
+                .args(["train", "--data"])
+                .arg(&dir)
+                .args(["--steps", "2", "--warmup", "0", &setup]),
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{setup}: {err}");
+        assert!(err.contains("--setup-s") && err.contains("0 to 86400"), "{setup}: {err}");
+    }
+}
+
 #[test]
 fn a_missing_dataset_is_a_usage_error() {
     let o = common::run(common::datahelix().args([

@@ -3,7 +3,7 @@
 //! output document (`params`, `records`, `summary`) with `--out`.
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde_json::json;
@@ -97,6 +97,14 @@ pub struct TrainArgs {
     /// `--steps` stays the total (records carry the global step numbers).
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// Seconds of the job's own set-up (a model load) between opening the loader and the first
+    /// step, emulated by a sleep; the run's clock starts after it.
+    #[arg(long, default_value_t = 0.0)]
+    pub setup_s: f64,
+    /// Call `prepare_ahead` right after opening the loader, so that the first steps decode
+    /// during `--setup-s`.
+    #[arg(long)]
+    pub prepare_at_open: bool,
     /// Groups of this many consecutive ranks (a tensor-parallel group) train on the same
     /// batches, decoded once by the group's first rank and broadcast to the others (MPI only).
     /// Records and summary are then the data-parallel view: one rank per group (`params.ranks`
@@ -185,6 +193,9 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     if args.warmup >= args.steps {
         return Err(CliError::usage("--warmup must be smaller than --steps"));
     }
+    if !(args.setup_s.is_finite() && (0.0..=86_400.0).contains(&args.setup_s)) {
+        return Err(CliError::usage(format!("--setup-s {}: expected seconds, 0 to 86400", args.setup_s)));
+    }
     let config = comm::Config::from_env().map_err(|e| CliError::usage(e.to_string()))?;
     let world = comm::init_backend(config, backend)
         .map_err(|e| fail(format!("cannot start the {} backend: {e}", args.backend)))?;
@@ -268,6 +279,10 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
             why.map(|w| format!(" ({w})")).unwrap_or_default()
         );
     }
+    if args.prepare_at_open {
+        driver.prepare_ahead().map_err(|e| fail_job(rank, world_ranks, e))?;
+    }
+    std::thread::sleep(Duration::from_secs_f64(args.setup_s));
     driver.world().barrier().map_err(fail)?;
     let t0 = Instant::now();
     driver.set_epoch(t0);
@@ -396,6 +411,8 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         "protocol": crate::sampler::PROTOCOL,
         "transfer": transfer_json,
         "resumed_models": resumed_models,
+        "setup_s": args.setup_s,
+        "prepare_at_open": args.prepare_at_open,
     });
     if group > 1 {
         params["replica_ranks"] = json!(group);
