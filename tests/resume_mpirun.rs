@@ -252,6 +252,9 @@ fn tampered_foreign_truncated_and_missing_states_are_refused() {
     refused(&["--resume", &truncated], "truncated");
     let tampered = write("tampered.json", &text.replace("\"next_step\": 3", "\"next_step\": 2"));
     refused(&["--resume", &tampered], "checksum");
+    // Valid JSON, 1 MiB longer than the state: rank 0 refuses it before sending it to the others.
+    let huge = write("huge.json", &(" ".repeat(1 << 20) + &text));
+    refused(&["--resume", &huge], "is not a loader state (at most 1048576)");
     refused(&["--resume", tmp.path().join("missing.json").to_str().unwrap()], "cannot read the loader state");
     // Another seed, another dataset.
     let good = good.to_str().unwrap();

@@ -271,6 +271,10 @@ mod tests {
         assert!(LoaderState::from_json(&edited).unwrap_err().contains("checksum"));
         let extra = text.replacen('{', "{\"unknown\": 1,", 1);
         assert!(LoaderState::from_json(&extra).is_err());
+        // Valid JSON, but longer than any state: refused before it is parsed.
+        let padded = " ".repeat(MAX_BYTES as usize) + &text;
+        assert!(LoaderState::from_json(&padded).unwrap_err().contains("a state is at most 1048576"));
+        assert!(LoaderState::from_json(&padded[MAX_BYTES as usize - 100..]).is_ok());
     }
 
     /// `s` with its checksum made to match its (edited) fields.
