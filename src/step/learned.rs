@@ -105,7 +105,8 @@ pub enum Resumed {
 }
 
 impl Resumed {
-    /// How a result file says it: `null`, `"restored"`, or `"priors: WHY"`.
+    /// How a result file says it: `null`, `"restored"`, `"decode models from the priors: WHY"`
+    /// or `"priors: WHY"`.
     pub fn to_json(&self) -> serde_json::Value {
         match self {
             Resumed::No => serde_json::Value::Null,
