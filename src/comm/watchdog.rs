@@ -88,18 +88,26 @@ pub fn report(
     let mut mismatch = false;
     for (rank, state) in peers {
         let _ = match state {
-            PeerState::In { op, seq, step, waited } if *op == Some(site.op) && *seq == site.seq => {
+            PeerState::In { op, seq, waited, .. } if *op == Some(site.op) && *seq == site.seq => {
                 writeln!(s, "  rank {rank}: arrived (also waiting in it, {:.1} s)", waited.as_secs_f64())
             }
             PeerState::In { op, seq, step, waited } => {
-                mismatch = true;
                 let name = op.map_or("an unknown collective", CollectiveOp::name);
                 let step = step.map(|t| format!(" (step {t})")).unwrap_or_default();
-                writeln!(
-                    s,
-                    "  rank {rank}: NOT ARRIVED: it is in {name} #{seq}{step}, waiting {:.1} s",
-                    waited.as_secs_f64()
-                )
+                let waited = waited.as_secs_f64();
+                if *seq > site.seq {
+                    // Its part of this collective is done (an all-to-all ends on a rank once
+                    // what it sends is out and what it is sent is in): it waits further on.
+                    writeln!(s, "  rank {rank}: past it: done with its part, now in {name} #{seq}{step}, waiting {waited:.1} s")
+                } else {
+                    // At the same number another collective is one rank's skipped or added
+                    // call; at an earlier one the peer is behind, waiting on someone.
+                    mismatch |= *seq == site.seq;
+                    writeln!(
+                        s,
+                        "  rank {rank}: NOT ARRIVED: it is in {name} #{seq}{step}, waiting {waited:.1} s"
+                    )
+                }
             }
             PeerState::Decoding { step, busy } => writeln!(
                 s,
@@ -119,10 +127,19 @@ pub fn report(
     if let Some(ranks) = no_data_from.filter(|r| !r.is_empty()) {
         let _ = writeln!(s, "  data still missing from ranks {ranks:?}");
     }
+    let silent: Vec<usize> =
+        peers.iter().filter(|(_, state)| *state == PeerState::Silent).map(|&(rank, _)| rank).collect();
     if mismatch {
         s.push_str(
             "  The ranks issued different collectives: every rank must call the same collectives in the \
              same order (one rank skipped or added one).\n",
+        );
+    } else if !silent.is_empty() {
+        // The others' places follow from waiting on the silent ones: the cause is there.
+        let _ = writeln!(
+            s,
+            "  Ranks {silent:?} did not answer: dead, stopped, or cut off from this rank's network; look \
+             at their hosts first (the others wait on them)."
         );
     }
     let _ = writeln!(
@@ -267,7 +284,7 @@ mod tests {
     fn report_names_missing_peers_and_mismatches() {
         let site = Site { rank: 0, op: CollectiveOp::AllReduce, seq: 5, step: Some(2) };
         let me = encode(&site, Duration::from_millis(2500));
-        let other = Site { op: CollectiveOp::Barrier, seq: 6, ..site };
+        let other = Site { op: CollectiveOp::Barrier, ..site };
         let peers =
             [(1, decode(&me)), (2, decode(&encode(&other, Duration::from_secs(1)))), (3, PeerState::Silent)];
         let r = report(
@@ -282,8 +299,50 @@ mod tests {
         );
         assert!(r.contains("rank 0: all_reduce #5 (step 2) did not complete"), "{r}");
         assert!(r.contains("rank 1: arrived"), "{r}");
-        assert!(r.contains("rank 2: NOT ARRIVED: it is in barrier #6 (step 2)"), "{r}");
+        assert!(r.contains("rank 2: NOT ARRIVED: it is in barrier #5 (step 2)"), "{r}");
         assert!(r.contains("rank 3: NOT ARRIVED: no answer"), "{r}");
         assert!(r.contains("issued different collectives"), "{r}");
+    }
+
+    /// A host cut off from the network mid-step (seen under `tests/multi_host.rs`'s hosts): a
+    /// peer that finished its part of the all-to-all has moved on, and the silent ranks are the
+    /// cause, not a skipped collective.
+    #[test]
+    fn report_names_silent_ranks_as_the_cause_and_peers_ahead_as_past_it() {
+        let site = Site { rank: 0, op: CollectiveOp::AllToAllV, seq: 382, step: Some(36) };
+        let ahead = Site { rank: 1, op: CollectiveOp::AllGather, seq: 385, step: Some(36) };
+        let peers = [
+            (1, decode(&encode(&ahead, Duration::from_secs(8)))),
+            (2, PeerState::Silent),
+            (3, PeerState::Silent),
+        ];
+        let r = report(
+            &site,
+            None,
+            Duration::from_secs(10),
+            Duration::from_secs(8),
+            &peers,
+            Some(&[3]),
+            Duration::from_secs(2),
+            3,
+        );
+        assert!(r.contains("rank 1: past it: done with its part, now in all_gather #385 (step 36)"), "{r}");
+        assert!(r.contains("Ranks [2, 3] did not answer"), "{r}");
+        assert!(!r.contains("issued different collectives"), "{r}");
+        // Behind, not at the same number: no mismatch either.
+        let behind = Site { rank: 1, op: CollectiveOp::AllReduce, seq: 380, step: Some(36) };
+        let peers = [(1, decode(&encode(&behind, Duration::from_secs(8))))];
+        let r = report(
+            &site,
+            None,
+            Duration::from_secs(10),
+            Duration::from_secs(8),
+            &peers,
+            None,
+            Duration::from_secs(2),
+            3,
+        );
+        assert!(r.contains("rank 1: NOT ARRIVED: it is in all_reduce #380"), "{r}");
+        assert!(!r.contains("issued different collectives") && !r.contains("did not answer"), "{r}");
     }
 }
