@@ -15,6 +15,7 @@ DH_PACKAGES=(
   clang libclang-dev pkg-config
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
   valgrind g++ python3-numpy python3-venv
+  iproute2 util-linux
 )
 
 dh_missing_packages() {

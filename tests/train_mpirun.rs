@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use datahelix::sampler::Sampler;
+use common::results::{assert_exactly_once, step_checksums};
 use serde_json::Value;
 
 fn train(data: &Path, policy: &str, out: &Path, extra: &[&str]) -> Value {
@@ -47,32 +46,6 @@ fn train_on(
     assert!(started.elapsed() < Duration::from_secs(150), "{policy}: too slow");
     assert!(o.status.success(), "{policy} failed: {}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap()
-}
-
-/// Every global batch's ids appear exactly once over the ranks, delivered or skipped.
-fn assert_exactly_once(result: &Value, manifest_ids: &[u64]) -> BTreeMap<u64, Vec<u64>> {
-    let p = &result["params"];
-    let (seed, g, steps) = (
-        p["seed"].as_u64().unwrap(),
-        p["global_batch"].as_u64().unwrap() as usize,
-        p["steps"].as_u64().unwrap(),
-    );
-    let sampler = Sampler::new(manifest_ids, seed);
-    let mut skipped = BTreeMap::new();
-    for step in 0..steps {
-        let mut want = sampler.global_batch(step, g);
-        want.sort_unstable();
-        let mut got = Vec::new();
-        for r in result["records"].as_array().unwrap().iter().filter(|r| r["step"] == step) {
-            got.extend(r["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()));
-            let sk: Vec<u64> = r["skipped"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
-            skipped.entry(step).or_insert_with(Vec::new).extend(sk.iter().copied());
-            got.extend(sk);
-        }
-        got.sort_unstable();
-        assert_eq!(got, want, "{}: step {step}", p["policy"]);
-    }
-    skipped
 }
 
 #[test]
@@ -179,18 +152,6 @@ fn every_policy_delivers_exactly_once_and_skips_the_same_bad_samples() {
         b.sort();
         assert_eq!(a, b, "{policy} skipped differently from rank-local");
     }
-}
-
-/// Per step, the wrapping sum over ranks of the delivered tensors' checksums (independent of
-/// which rank trains which sample).
-fn step_checksums(result: &Value) -> BTreeMap<u64, u64> {
-    let mut sums = BTreeMap::new();
-    for r in result["records"].as_array().unwrap() {
-        let c = r["tensor_checksum"].as_u64().expect("run with --checksums");
-        let e = sums.entry(r["step"].as_u64().unwrap()).or_insert(0u64);
-        *e = e.wrapping_add(c);
-    }
-    sums
 }
 
 #[test]

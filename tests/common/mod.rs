@@ -2,6 +2,8 @@
 //! environment for this machine.
 #![allow(dead_code)]
 
+pub mod results;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
