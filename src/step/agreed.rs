@@ -348,6 +348,25 @@ impl Agreed {
         self.ranks
     }
 
+    /// Predicted seconds of a round's step-record all-gather: every other rank's record
+    /// reaching one rank over the slowest link of the transfer model (records are not
+    /// compressed). Tens of microseconds on one node; milliseconds across a slow network.
+    ///
+    /// ```
+    /// use datahelix::plan::TransferCost;
+    /// use datahelix::step::{Agreed, AgreedConfig};
+    ///
+    /// let fast = Agreed::new(AgreedConfig::for_tests(), &[1, 2, 3, 4], 4);
+    /// assert!(fast.round_gather_s() < 1e-4); // the constant model: 20 µs + 5 GB/s
+    /// let link = TransferCost::linear(0.0, 7e5); // 0.7 MB/s a message, as two hosts at 20 Mbit/s
+    /// let slow = Agreed::new(AgreedConfig { transfer: link, ..AgreedConfig::for_tests() }, &[1, 2, 3, 4], 4);
+    /// assert!(slow.round_gather_s() > 2e-3);
+    /// ```
+    pub fn round_gather_s(&self) -> f64 {
+        let bytes = crate::plan::record::RECORD_BYTES * self.ranks.saturating_sub(1);
+        self.cfg.transfer.seconds(bytes as u64)
+    }
+
     /// Rounds filed so far.
     pub fn rounds(&self) -> u64 {
         self.rounds

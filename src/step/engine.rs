@@ -11,7 +11,7 @@ use super::{
 use crate::decode::cost::Features;
 use crate::plan::rebalance::Decoded;
 use crate::plan::record::{DecodeObservation, StepRecord};
-use crate::plan::Fnv;
+use crate::plan::{Fnv, PlanOptions};
 use crate::policy;
 
 /// Run-level counters of one rank.
@@ -493,7 +493,13 @@ impl Engine {
                         && p.partial.contains(&true)
                         && p.plan.delay_s > p.plan.step_under(&model)
                 });
-                if late {
+                // Nor where the round's own collectives would make the ranks whose batches are
+                // ready miss: across two hosts joined at 20 Mbit/s its record all-gather, behind
+                // the tensors on the link, held every rank 10-20 ms at the first steps (0.10-0.25
+                // of rank-steps over 10 ms; without it 0.00-0.03 at the same throughput:
+                // `scripts/hosts_bench.sh`, docs/measured.md, "Across two hosts").
+                let cheap = agreed.round_gather_s() <= PlanOptions::default().miss_tolerance_s;
+                if late && cheap {
                     self.stages.push_front(Stage::Round { current: step, from: step });
                 }
                 Ok(None)
