@@ -280,6 +280,12 @@ mod tests {
         assert!(std::str::from_utf8(&buf[..n]).unwrap().contains("outside collectives"));
     }
 
+    /// The report of `site` after 3 s (timeout 3 s, questions 1 s) over `peers`.
+    fn report_of(site: &Site, peers: &[(usize, PeerState)], no_data_from: Option<&[usize]>) -> String {
+        let secs = Duration::from_secs;
+        report(site, None, secs(3), secs(3), peers, no_data_from, secs(1), 3)
+    }
+
     #[test]
     fn report_names_missing_peers_and_mismatches() {
         let site = Site { rank: 0, op: CollectiveOp::AllReduce, seq: 5, step: Some(2) };
@@ -287,16 +293,7 @@ mod tests {
         let other = Site { op: CollectiveOp::Barrier, ..site };
         let peers =
             [(1, decode(&me)), (2, decode(&encode(&other, Duration::from_secs(1)))), (3, PeerState::Silent)];
-        let r = report(
-            &site,
-            None,
-            Duration::from_secs(3),
-            Duration::from_secs(3),
-            &peers,
-            None,
-            Duration::from_secs(1),
-            3,
-        );
+        let r = report_of(&site, &peers, None);
         assert!(r.contains("rank 0: all_reduce #5 (step 2) did not complete"), "{r}");
         assert!(r.contains("rank 1: arrived"), "{r}");
         assert!(r.contains("rank 2: NOT ARRIVED: it is in barrier #5 (step 2)"), "{r}");
@@ -316,32 +313,13 @@ mod tests {
             (2, PeerState::Silent),
             (3, PeerState::Silent),
         ];
-        let r = report(
-            &site,
-            None,
-            Duration::from_secs(10),
-            Duration::from_secs(8),
-            &peers,
-            Some(&[3]),
-            Duration::from_secs(2),
-            3,
-        );
+        let r = report_of(&site, &peers, Some(&[3]));
         assert!(r.contains("rank 1: past it: done with its part, now in all_gather #385 (step 36)"), "{r}");
         assert!(r.contains("Ranks [2, 3] did not answer"), "{r}");
         assert!(!r.contains("issued different collectives"), "{r}");
         // Behind, not at the same number: no mismatch either.
         let behind = Site { rank: 1, op: CollectiveOp::AllReduce, seq: 380, step: Some(36) };
-        let peers = [(1, decode(&encode(&behind, Duration::from_secs(8))))];
-        let r = report(
-            &site,
-            None,
-            Duration::from_secs(10),
-            Duration::from_secs(8),
-            &peers,
-            None,
-            Duration::from_secs(2),
-            3,
-        );
+        let r = report_of(&site, &[(1, decode(&encode(&behind, Duration::from_secs(8))))], None);
         assert!(r.contains("rank 1: NOT ARRIVED: it is in all_reduce #380"), "{r}");
         assert!(!r.contains("issued different collectives") && !r.contains("did not answer"), "{r}");
     }
