@@ -38,12 +38,6 @@ up() {
   ip -n "$l" link add br0 type bridge
   ip -n "$l" addr add "$(address 0)/24" dev br0
   ip -n "$l" link set br0 up
-  {
-    echo '#!/bin/sh'
-    echo '# rsh agent: "agent HOST COMMAND..." runs COMMAND on the host, as ssh would.'
-    echo 'host="$1"; shift'
-    echo 'case "$host" in'
-  } > "$dir/agent"
   local cgroups=:
   if awk '$2 == "/sys/fs/cgroup/cpu" && $3 == "cgroup" { found = 1 } END { exit !found }' /proc/mounts; then
     cgroups='mount -t tmpfs none /sys/fs/cgroup && mkdir /sys/fs/cgroup/cpu && mount -t cgroup -o cpu cgroup /sys/fs/cgroup/cpu'
@@ -62,10 +56,26 @@ up() {
       ip netns exec "$ns" tc qdisc replace dev eth0 root tbf rate "${mbit}mbit" burst 64kb latency 100ms
       ip netns exec "$l" tc qdisc replace dev "$port" root tbf rate "${mbit}mbit" burst 64kb latency 100ms
     fi
-    echo "  $(address "$i")) exec ip netns exec $ns unshare --uts sh -c '$cgroups; hostname dhhost$i && '\"\$*\";;" >> "$dir/agent"
   done
-  echo '  *) echo "agent: no host $host" >&2; exit 1;;' >> "$dir/agent"
-  echo 'esac' >> "$dir/agent"
+  # The agent. Each host gets its own Open MPI session folder, as each machine of a cluster has
+  # its own /tmp: given one (`orte_top_session_dir`, which mpirun passes on to its daemons), two
+  # daemons making theirs in it raced ("mkdir ... File exists", once in CI).
+  {
+    cat <<'AGENT'
+#!/bin/sh
+# rsh agent: "agent HOST COMMAND..." runs COMMAND on the host, as ssh would.
+host="$1"; shift
+case "$host" in
+AGENT
+    for ((i = 1; i <= n; i++)); do echo "  $(address "$i")) i=$i;;"; done
+    cat <<AGENT
+  *) echo "agent: no host \$host" >&2; exit 1;;
+esac
+ns="$name-h\$i"
+command=\$(printf '%s' "\$*" | sed "s|orte_top_session_dir \"\\{0,1\\}\\([^\" ]*\\)\"\\{0,1\\}|orte_top_session_dir \"\\1/\$ns\"|")
+exec ip netns exec "\$ns" unshare --uts sh -c "$cgroups; hostname dhhost\$i && \$command"
+AGENT
+  } > "$dir/agent"
   chmod +x "$dir/agent"
 }
 

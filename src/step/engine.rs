@@ -495,7 +495,7 @@ impl Engine {
                 });
                 // Nor where the round's own collectives would make the ranks whose batches are
                 // ready miss: across two hosts joined at 20 Mbit/s its record all-gather, behind
-                // the tensors on the link, held every rank 10-20 ms at the first steps (0.10-0.25
+                // the tensors on the link, held every rank 10-20 ms at the first steps (0.10-0.24
                 // of rank-steps over 10 ms; without it 0.00-0.03 at the same throughput:
                 // `scripts/hosts_bench.sh`, docs/measured.md, "Across two hosts").
                 let cheap = agreed.round_gather_s() <= PlanOptions::default().miss_tolerance_s;
