@@ -23,7 +23,8 @@ address() { echo "10.77.0.$(($1 + 1))"; }
 
 # Open MPI 4.1.4's daemons share the host's topology with their ranks at an address picked from
 # their own memory map, which sometimes lies where the stack grows: 2 of ~35 launches segfaulted
-# in hwloc_shmem_topology_write here (none of 30 since this setting). `rtc_hwloc_vmhole none` turns that sharing off.
+# in hwloc_shmem_topology_write here, none of ~70 since `rtc_hwloc_vmhole none` turned that
+# sharing off.
 MPIRUN_MCA=(--mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_if_include 10.77.0.0/24
   --mca rtc_hwloc_vmhole none)
 
