@@ -243,14 +243,19 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     cfg.late_pieces = !args.no_late_pieces;
     cfg.measure_transfer = args.transfer_model == "measured";
     cfg.trace = args.trace.is_some();
-    let state = match &args.resume {
-        Some(path) => Some(read_state_on_rank0(world.collective(), path).map_err(CliError::usage)?),
+    // A bad state and a failed open end every rank together. Each rank says why at once, before
+    // the world ends: ending it waits for the other ranks, and a rank that only learned of
+    // another's failure and exits first has the launcher stop that rank before it could name
+    // its own cause (rank 0's unreadable state file, a dataset folder that is not there).
+    let state = match args.resume.as_deref().map(|path| read_state_on_rank0(world.collective(), path)) {
+        Some(Err(e)) => {
+            eprintln!("datahelix: {e}");
+            drop(world);
+            return Err(CliError::said(EXIT_USAGE));
+        }
+        Some(Ok(state)) => Some(state),
         None => None,
     };
-    // Every rank fails here together (the loader's fingerprint check is collective). Each says
-    // why at once, before the world ends: ending it waits for the other ranks, and a rank that
-    // only learned of another's failure and exits first has the launcher stop that rank before
-    // it could name its own cause (a dataset folder that is not there, say).
     let mut driver = match Driver::open_or_give_back(world, cfg, state.as_ref(), group) {
         Ok(driver) => driver,
         Err((e, world)) => {
