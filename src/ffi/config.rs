@@ -4,7 +4,7 @@ use std::ffi::c_char;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{dh_result, ffi_boundary, str_arg, Error};
+use super::{dh_result, ffi_boundary, out_arg, str_arg, Error};
 use crate::comm;
 use crate::exec::loader::LoaderConfig;
 use crate::exec::state::LoaderState;
@@ -235,13 +235,11 @@ impl dh_config {
 #[no_mangle]
 pub extern "C" fn dh_config_new(config_out: *mut *mut dh_config) -> dh_result {
     ffi_boundary!({
-        if config_out.is_null() {
-            return Err(Error::null("config_out"));
-        }
+        let config_out = out_arg(config_out, "config_out")?;
         let cfg = Box::new(dh_config::defaults()?);
         // SAFETY: config_out is not NULL and, by the header's contract, points to writable
         // storage for one pointer.
-        unsafe { *config_out = Box::into_raw(cfg) };
+        unsafe { config_out.write(Box::into_raw(cfg)) };
         Ok(())
     })
 }
@@ -257,15 +255,13 @@ pub extern "C" fn dh_config_from_file(path: *const c_char, config_out: *mut *mut
     ffi_boundary!({
         // SAFETY: by the header's contract path is NULL or a NUL-terminated string.
         let path = unsafe { str_arg(path, "path") }?;
-        if config_out.is_null() {
-            return Err(Error::null("config_out"));
-        }
+        let config_out = out_arg(config_out, "config_out")?;
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::new(dh_result::DH_IO, format!("cannot read configuration {path}: {e}")))?;
         let mut cfg = dh_config::defaults()?;
         cfg.set_toml(&text, path)?;
         // SAFETY: config_out is not NULL and points to writable storage for one pointer.
-        unsafe { *config_out = Box::into_raw(Box::new(cfg)) };
+        unsafe { config_out.write(Box::into_raw(Box::new(cfg))) };
         Ok(())
     })
 }

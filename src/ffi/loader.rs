@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::config::dh_config;
-use super::{dh_result, ffi_boundary, Error};
+use super::{dh_result, ffi_boundary, out_arg, Error};
 use crate::collective::ReduceOp;
 use crate::comm::mpi::raw::RawComm;
 use crate::comm::mpi::{CallerComm, MpiWorld};
@@ -599,12 +599,10 @@ pub extern "C" fn dh_loader_new(config: *const dh_config, loader_out: *mut *mut 
     ffi_boundary!({
         // SAFETY: config is NULL or a live configuration (header contract), only read here.
         let config = unsafe { config.as_ref() }.ok_or_else(|| Error::null("config"))?;
-        if loader_out.is_null() {
-            return Err(Error::null("loader_out"));
-        }
+        let loader_out = out_arg(loader_out, "loader_out")?;
         let loader = Box::new(open_loader(config, None)?);
         // SAFETY: loader_out is not NULL and points to writable storage for one pointer.
-        unsafe { *loader_out = Box::into_raw(loader) };
+        unsafe { loader_out.write(Box::into_raw(loader)) };
         Ok(())
     })
 }
@@ -630,9 +628,7 @@ pub extern "C" fn dh_loader_new_with_comm(
         if comm.is_null() {
             return Err(Error::null("comm"));
         }
-        if loader_out.is_null() {
-            return Err(Error::null("loader_out"));
-        }
+        let loader_out = out_arg(loader_out, "loader_out")?;
         if !::mpi::environment::is_initialized() || ::mpi::environment::is_finalized() {
             return Err(Error::new(
                 dh_result::DH_MPI_INIT,
@@ -645,7 +641,7 @@ pub extern "C" fn dh_loader_new_with_comm(
         let caller = unsafe { CallerComm::new(comm.cast::<RawComm>().read()) };
         let loader = Box::new(open_loader(config, Some(caller))?);
         // SAFETY: loader_out is not NULL and points to writable storage for one pointer.
-        unsafe { *loader_out = Box::into_raw(loader) };
+        unsafe { loader_out.write(Box::into_raw(loader)) };
         Ok(())
     })
 }
@@ -668,9 +664,7 @@ pub extern "C" fn dh_loader_state(
     ffi_boundary!({
         // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
         let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
-        if needed_out.is_null() {
-            return Err(Error::null("needed_out"));
-        }
+        let needed_out = out_arg(needed_out, "needed_out")?;
         let text = loader.state_json()?;
         let bytes = text.as_bytes();
         if !buf.is_null() && len > 0 {
@@ -683,7 +677,7 @@ pub extern "C" fn dh_loader_state(
             }
         }
         // SAFETY: needed_out is not NULL and points to writable size_t storage.
-        unsafe { *needed_out = bytes.len() + 1 };
+        unsafe { needed_out.write(bytes.len() + 1) };
         Ok(())
     })
 }
@@ -699,13 +693,12 @@ pub extern "C" fn dh_loader_world(
     ffi_boundary!({
         // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
         let loader = unsafe { loader.as_ref() }.ok_or_else(|| Error::null("loader"))?;
-        if rank_out.is_null() || size_out.is_null() {
-            return Err(Error::null(if rank_out.is_null() { "rank_out" } else { "size_out" }));
-        }
+        let rank_out = out_arg(rank_out, "rank_out")?;
+        let size_out = out_arg(size_out, "size_out")?;
         // SAFETY: both are non-NULL and point to writable size_t storage (header contract).
         unsafe {
-            *rank_out = loader.rank;
-            *size_out = loader.size;
+            rank_out.write(loader.rank);
+            size_out.write(loader.size);
         }
         Ok(())
     })
@@ -735,12 +728,10 @@ pub extern "C" fn dh_loader_next(
     ffi_boundary!({
         // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
         let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
-        if batch_out.is_null() {
-            return Err(Error::null("batch_out"));
-        }
+        let batch_out = out_arg(batch_out, "batch_out")?;
         let batch = Box::new(loader.guarded(|l| l.next(timeout_ms))?);
         // SAFETY: batch_out is not NULL and points to writable storage for one pointer.
-        unsafe { *batch_out = Box::into_raw(batch) };
+        unsafe { batch_out.write(Box::into_raw(batch)) };
         Ok(())
     })
 }
@@ -850,9 +841,7 @@ pub extern "C" fn dh_loader_step(
         let loader = unsafe { loader.as_mut() }.ok_or_else(|| Error::null("loader"))?;
         // SAFETY: accel is NULL or points to a dh_accelerator the caller keeps alive for the call.
         let accel = unsafe { accel.as_ref() }.ok_or_else(|| Error::null("accel"))?;
-        if batch_out.is_null() {
-            return Err(Error::null("batch_out"));
-        }
+        let batch_out = out_arg(batch_out, "batch_out")?;
         let launch = accel.launch.ok_or_else(|| Error::null("accel->launch"))?;
         if accel.wait.is_none() {
             return Err(Error::null("accel->wait"));
@@ -879,7 +868,7 @@ pub extern "C" fn dh_loader_step(
             Ok(batch)
         })?;
         // SAFETY: batch_out is not NULL and points to writable storage for one pointer.
-        unsafe { *batch_out = Box::into_raw(batch) };
+        unsafe { batch_out.write(Box::into_raw(batch)) };
         Ok(())
     })
 }
@@ -943,9 +932,7 @@ pub extern "C" fn dh_loader_metrics(loader: *const dh_loader, metrics_out: *mut 
     ffi_boundary!({
         // SAFETY: loader is NULL or a live loader used from its own thread (header contract).
         let loader = unsafe { loader.as_ref() }.ok_or_else(|| Error::null("loader"))?;
-        if metrics_out.is_null() {
-            return Err(Error::null("metrics_out"));
-        }
+        let metrics_out = out_arg(metrics_out, "metrics_out")?.as_ptr();
         loader.check_thread()?;
         // SAFETY: metrics_out is not NULL and points to a dh_metrics of at least METRICS_MIN_SIZE
         // bytes whose leading `struct_size` the caller set (header contract); only that field is
@@ -1021,11 +1008,9 @@ pub extern "C" fn dh_batch_step(batch: *const dh_batch, step_out: *mut u64) -> d
     ffi_boundary!({
         // SAFETY: batch is NULL or live (header contract).
         let b = unsafe { batch_ref(batch) }?;
-        if step_out.is_null() {
-            return Err(Error::null("step_out"));
-        }
+        let step_out = out_arg(step_out, "step_out")?;
         // SAFETY: step_out is not NULL and points to a writable uint64_t.
-        unsafe { *step_out = b.batch.step };
+        unsafe { step_out.write(b.batch.step) };
         Ok(())
     })
 }
@@ -1037,11 +1022,9 @@ pub extern "C" fn dh_batch_len(batch: *const dh_batch, len_out: *mut usize) -> d
     ffi_boundary!({
         // SAFETY: batch is NULL or live (header contract).
         let b = unsafe { batch_ref(batch) }?;
-        if len_out.is_null() {
-            return Err(Error::null("len_out"));
-        }
+        let len_out = out_arg(len_out, "len_out")?;
         // SAFETY: len_out is not NULL and points to a writable size_t.
-        unsafe { *len_out = b.ids.len() };
+        unsafe { len_out.write(b.ids.len()) };
         Ok(())
     })
 }
@@ -1057,14 +1040,13 @@ pub extern "C" fn dh_batch_ids(
     ffi_boundary!({
         // SAFETY: batch is NULL or live (header contract).
         let b = unsafe { batch_ref(batch) }?;
-        if ids_out.is_null() || len_out.is_null() {
-            return Err(Error::null(if ids_out.is_null() { "ids_out" } else { "len_out" }));
-        }
+        let ids_out = out_arg(ids_out, "ids_out")?;
+        let len_out = out_arg(len_out, "len_out")?;
         let p = if b.ids.is_empty() { std::ptr::null() } else { b.ids.as_ptr() };
         // SAFETY: both outputs are non-NULL and writable (header contract).
         unsafe {
-            *ids_out = p;
-            *len_out = b.ids.len();
+            ids_out.write(p);
+            len_out.write(b.ids.len());
         }
         Ok(())
     })
@@ -1081,15 +1063,14 @@ pub extern "C" fn dh_batch_skipped(
     ffi_boundary!({
         // SAFETY: batch is NULL or live (header contract).
         let b = unsafe { batch_ref(batch) }?;
-        if ids_out.is_null() || len_out.is_null() {
-            return Err(Error::null(if ids_out.is_null() { "ids_out" } else { "len_out" }));
-        }
+        let ids_out = out_arg(ids_out, "ids_out")?;
+        let len_out = out_arg(len_out, "len_out")?;
         let s = &b.batch.skipped;
         let p = if s.is_empty() { std::ptr::null() } else { s.as_ptr() };
         // SAFETY: both outputs are non-NULL and writable (header contract).
         unsafe {
-            *ids_out = p;
-            *len_out = s.len();
+            ids_out.write(p);
+            len_out.write(s.len());
         }
         Ok(())
     })
@@ -1107,9 +1088,7 @@ pub extern "C" fn dh_batch_tensor(
     ffi_boundary!({
         // SAFETY: batch is NULL or live (header contract).
         let b = unsafe { batch_ref(batch) }?;
-        if tensor_out.is_null() {
-            return Err(Error::null("tensor_out"));
-        }
+        let tensor_out = out_arg(tensor_out, "tensor_out")?;
         let t = *b.tensors.get(index).ok_or_else(|| {
             Error::new(
                 dh_result::DH_OUT_OF_RANGE,
@@ -1129,14 +1108,12 @@ pub extern "C" fn dh_batch_tokens(batch: *const dh_batch, index: usize, tokens_o
     ffi_boundary!({
         // SAFETY: batch is NULL or live (header contract).
         let b = unsafe { batch_ref(batch) }?;
-        if tokens_out.is_null() {
-            return Err(Error::null("tokens_out"));
-        }
+        let tokens_out = out_arg(tokens_out, "tokens_out")?;
         let s = b.batch.samples.get(index).ok_or_else(|| {
             Error::new(dh_result::DH_OUT_OF_RANGE, format!("sample {index} of a batch of {}", b.ids.len()))
         })?;
         // SAFETY: tokens_out is not NULL and points to a writable uint64_t.
-        unsafe { *tokens_out = s.tokens };
+        unsafe { tokens_out.write(s.tokens) };
         Ok(())
     })
 }
@@ -1155,20 +1132,16 @@ pub extern "C" fn dh_batch_meta(
     ffi_boundary!({
         // SAFETY: batch is NULL or live (header contract).
         let b = unsafe { batch_ref(batch) }?;
-        if json_out.is_null() {
-            return Err(Error::null("json_out"));
-        }
-        if len_out.is_null() {
-            return Err(Error::null("len_out"));
-        }
+        let json_out = out_arg(json_out, "json_out")?;
+        let len_out = out_arg(len_out, "len_out")?;
         let text = b.meta.get(index).ok_or_else(|| {
             Error::new(dh_result::DH_OUT_OF_RANGE, format!("sample {index} of a batch of {}", b.ids.len()))
         })?;
         // SAFETY: both pointers are not NULL and point to writable values; the text lives in the
         // batch, which outlives the caller's use (header contract).
         unsafe {
-            *json_out = text.as_ptr();
-            *len_out = text.as_bytes().len();
+            json_out.write(text.as_ptr());
+            len_out.write(text.as_bytes().len());
         }
         Ok(())
     })
@@ -1187,20 +1160,16 @@ pub extern "C" fn dh_batch_timestamps(
     ffi_boundary!({
         // SAFETY: batch is NULL or live (header contract).
         let b = unsafe { batch_ref(batch) }?;
-        if seconds_out.is_null() {
-            return Err(Error::null("seconds_out"));
-        }
-        if len_out.is_null() {
-            return Err(Error::null("len_out"));
-        }
+        let seconds_out = out_arg(seconds_out, "seconds_out")?;
+        let len_out = out_arg(len_out, "len_out")?;
         let s = b.batch.samples.get(index).ok_or_else(|| {
             Error::new(dh_result::DH_OUT_OF_RANGE, format!("sample {index} of a batch of {}", b.ids.len()))
         })?;
         // SAFETY: both pointers are not NULL and point to writable values; the times live in the
         // batch, which outlives the caller's use (header contract).
         unsafe {
-            *seconds_out = s.timestamps_s.as_ptr();
-            *len_out = s.timestamps_s.len();
+            seconds_out.write(s.timestamps_s.as_ptr());
+            len_out.write(s.timestamps_s.len());
         }
         Ok(())
     })
@@ -1212,11 +1181,9 @@ pub extern "C" fn dh_batch_input_wait(batch: *const dh_batch, seconds_out: *mut 
     ffi_boundary!({
         // SAFETY: batch is NULL or live (header contract).
         let b = unsafe { batch_ref(batch) }?;
-        if seconds_out.is_null() {
-            return Err(Error::null("seconds_out"));
-        }
+        let seconds_out = out_arg(seconds_out, "seconds_out")?;
         // SAFETY: seconds_out is not NULL and points to a writable double.
-        unsafe { *seconds_out = b.batch.input_wait_s };
+        unsafe { seconds_out.write(b.batch.input_wait_s) };
         Ok(())
     })
 }

@@ -171,6 +171,13 @@ pub(crate) fn finish(r: Result<(), Error>) -> dh_result {
     }
 }
 
+/// An out-parameter the caller must pass: a pointer to write through, or `DH_NULL_PARAMETER`
+/// naming it where it is NULL. Checks only for NULL; that it points to writable storage of
+/// a `T` is the header's contract, for the caller's `unsafe` write to rely on.
+pub(crate) fn out_arg<T>(p: *mut T, what: &str) -> Result<std::ptr::NonNull<T>, Error> {
+    std::ptr::NonNull::new(p).ok_or_else(|| Error::null(what))
+}
+
 /// Borrows a NUL-terminated UTF-8 string argument.
 ///
 /// # Safety
