@@ -22,14 +22,9 @@ use serde_json::Value;
 /// The rate of the links between hosts, Mbit/s.
 const LINK_MBIT: u32 = 200;
 
+/// Helix's small multi-rank run (`common::train_args`) on the hosts' launcher command.
 fn train_args(cmd: &mut Command, data: &Path, out: &Path, extra: &[&str]) {
-    cmd.arg(env!("CARGO_BIN_EXE_datahelix"))
-        .args(["train", "--data"])
-        .arg(data)
-        .args(["--policy", "helix", "--global-batch", "8", "--workers", "4", "--warmup", "1"])
-        .args(["--profile", "0.02,1e-6,0,0.05", "--check-plan", "--out"])
-        .arg(out)
-        .args(extra);
+    common::train_args(cmd, data, "helix", "0.02,1e-6,0,0.05", out, extra);
 }
 
 fn result_of(cmd: &mut Command, out: &Path) -> Value {

@@ -33,14 +33,7 @@ fn train_on(
     let mut cmd = std::process::Command::new("mpirun");
     common::mpi_env(&mut cmd).args(["-np", "4"]);
     cmd.env("DATAHELIX_COLLECTIVE_TIMEOUT", "60");
-    cmd.args(launcher)
-        .arg(env!("CARGO_BIN_EXE_datahelix"))
-        .args(["train", "--data"])
-        .arg(data)
-        .args(["--policy", policy, "--global-batch", "8", "--workers", "4", "--warmup", "1"])
-        .args(["--profile", profile, "--check-plan", "--out"])
-        .arg(out)
-        .args(extra);
+    common::train_args(cmd.args(launcher), data, policy, profile, out, extra);
     let started = Instant::now();
     let o = common::run_limited(&mut cmd, std::time::Duration::from_secs(300));
     assert!(started.elapsed() < Duration::from_secs(150), "{policy}: too slow");

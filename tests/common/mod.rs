@@ -152,6 +152,26 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// Appends `datahelix train` with the small-run settings the multi-rank tests share (G = 8,
+/// W = 4, one warm-up step, plans checked across ranks) to a launcher's command line:
+/// `mpirun -np 4` or a host launcher.
+pub fn train_args<'c>(
+    cmd: &'c mut Command,
+    data: &Path,
+    policy: &str,
+    profile: &str,
+    out: &Path,
+    extra: &[&str],
+) -> &'c mut Command {
+    cmd.arg(env!("CARGO_BIN_EXE_datahelix"))
+        .args(["train", "--data"])
+        .arg(data)
+        .args(["--policy", policy, "--global-batch", "8", "--workers", "4", "--warmup", "1"])
+        .args(["--profile", profile, "--check-plan", "--out"])
+        .arg(out)
+        .args(extra)
+}
+
 /// The environment Open MPI needs on this machine (root, more ranks than cores, no pinning), and
 /// a session directory of the launch's own ([`session_dir`]).
 pub fn mpi_env(cmd: &mut Command) -> &mut Command {
