@@ -718,21 +718,32 @@ impl Decoder {
         Ok(())
     }
 
-    /// Whether a keyframe of the demuxer's index lies between the current position and `t`.
+    /// Whether a keyframe of the demuxer's index, shown at or before `t`, lies past the current
+    /// position: the one FFmpeg's seek to `t` lands on.
+    ///
+    /// The index holds decode times (MP4) or presentation times (Matroska's cues); `t` is a
+    /// presentation time. Where B-frames delay presentation, a keyframe is shown `shift` after
+    /// it is decoded (the stream's start against its first decode time), and FFmpeg's MP4 seek
+    /// lands on the keyframe *shown* at or before the time asked. Compared in decode times, a
+    /// keyframe shown just after `t` passed for one before it, and the seek went back a whole
+    /// GOP — to the file's start on short clips: seeking took up to 1.66× a scan's time a clip
+    /// (`tests/seek_b_frames.rs`; `docs/measured.md`, "Seek or scan").
     fn should_seek(&self, t: Ratio) -> bool {
         let tb = self.stream.time_base;
         let ticks = t.num * tb.1 as i128 / (t.den * tb.0 as i128);
         let ts = (self.start as i128 + ticks).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
-        let key = self
-            .input
-            .index_entries(self.stream.index)
-            .into_iter()
-            .filter(|e| e.keyframe && e.timestamp <= ts)
+        let entries = self.input.index_entries(self.stream.index);
+        let first = entries.iter().map(|e| e.timestamp).min();
+        let shift = first.map_or(0, |first| self.start.saturating_sub(first).max(0));
+        let key = entries
+            .iter()
+            .filter(|e| e.keyframe && e.timestamp.saturating_add(shift) <= ts)
             .map(|e| e.timestamp)
             .max();
+        // Compared in decode times: the last packet sent, or before the first the stream's start.
         match (key, self.position) {
             (Some(k), Some(p)) => k > p,
-            (Some(k), None) => self.stats.frames_decoded == 0 && k > self.start,
+            (Some(k), None) => self.stats.frames_decoded == 0 && k > self.start.saturating_sub(shift),
             _ => false,
         }
     }
