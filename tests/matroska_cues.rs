@@ -10,17 +10,12 @@ mod decode_support;
 
 use std::path::{Path, PathBuf};
 
-use datahelix::decode::{Decoded, Decoder, Params, Strategy};
-use decode_support::{make_clip, probed};
+use datahelix::decode::{Decoded, Params, Strategy};
+use decode_support::{decode_with, make_clip, probed};
 
-/// Decodes the whole sample with `strategy`: the tensor and what it took.
+/// Decodes the whole sample with `strategy` at the protocol's defaults.
 fn decode(path: &Path, strategy: Strategy) -> (Vec<u8>, Decoded) {
-    let params = Params::default();
-    let mut dec = Decoder::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut buf = vec![0u8; dec.shape(&params).unwrap().bytes()];
-    let got =
-        dec.decode_into(&params, strategy, &mut buf).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    (buf, got)
+    decode_with(path, &Params::default(), strategy)
 }
 
 /// `path` with its cues hidden: every Cues element ID (in the seek head and the element itself)

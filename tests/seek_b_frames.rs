@@ -7,19 +7,8 @@
 
 mod decode_support;
 
-use std::path::Path;
-
-use datahelix::decode::{Decoded, Decoder, Params, Strategy};
-use decode_support::make_clip;
-
-/// Decodes the whole sample with `strategy`: the tensor and what it took.
-fn decode(path: &Path, params: &Params, strategy: Strategy) -> (Vec<u8>, Decoded) {
-    let mut dec = Decoder::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut buf = vec![0u8; dec.shape(params).unwrap().bytes()];
-    let got =
-        dec.decode_into(params, strategy, &mut buf).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    (buf, got)
-}
+use datahelix::decode::{Params, Strategy};
+use decode_support::{decode_with as decode, make_clip};
 
 #[test]
 fn seeking_an_mp4_with_b_frames_decodes_no_more_than_a_scan() {

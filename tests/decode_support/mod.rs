@@ -27,6 +27,20 @@ pub fn make_clip(out: &Path, size: &str, rate: u32, seconds: f64, codec_args: &[
     out.to_path_buf()
 }
 
+/// Decodes the whole sample at `path` with the library's decoder: the tensor and what it took.
+pub fn decode_with(
+    path: &Path,
+    params: &datahelix::decode::Params,
+    strategy: datahelix::decode::Strategy,
+) -> (Vec<u8>, datahelix::decode::Decoded) {
+    let mut dec =
+        datahelix::decode::Decoder::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut buf = vec![0u8; dec.shape(params).unwrap().bytes()];
+    let got =
+        dec.decode_into(params, strategy, &mut buf).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (buf, got)
+}
+
 /// The index's descriptor of a media file (what the planner prices and splits by), probed as
 /// `datahelix index` does; panics unless it is usable.
 pub fn probed(path: &Path) -> datahelix::descriptor::Descriptor {
