@@ -6,7 +6,7 @@
 #      close (also under PYTHONMALLOC=debug), bytes equal to `datahelix decode`'s, exactly once
 #      per epoch, and resume from `state_dict()` in a new process (its first steps prepared at
 #      open; also from two ranks' states that disagree on the learned models: a version-1 state,
-#      python/tests/state_v1.py, beside a version-2 one); replica groups (`replica_ranks`);
+#      python/tests/state_v1.py, beside a version-3 one); replica groups (`replica_ranks`);
 #   3. in the project's environment (.venv, with torch): DDP over gloo through datahelix.torch
 #      (also with late ranks),
 #      the README's training loop (with its resume), the PyTorch C++ extension of
@@ -52,7 +52,7 @@ mpirun -np 2 "$py" python/tests/keep_arrays.py --data "$work/tiny" --out "$work/
   --resume "$work/full/state-{rank}.json" --prepare-at-open
 checks --run "$work/full" --resumed "$work/resumed"
 
-step "resume from states that disagree on what was learned: priors on every rank, the same batches"
+step "resume from states that disagree on what was learned and counted: priors and a new count on every rank, the same batches"
 mkdir -p "$work/mixed" "$work/resumed-mixed"
 cp "$work/full/state-0.json" "$work/mixed/state-0.json"
 "$py" python/tests/state_v1.py "$work/full/state-1.json" "$work/mixed/state-1.json"
@@ -60,6 +60,8 @@ mpirun -np 2 "$py" python/tests/keep_arrays.py --data "$work/tiny" --out "$work/
   --resume "$work/mixed/state-{rank}.json" 2> "$work/mixed/stderr" || { cat "$work/mixed/stderr" >&2; exit 1; }
 grep -q "every rank starts its cost models from the priors" "$work/mixed/stderr" ||
   { echo "test_python: no word of the states' disagreement:" >&2; cat "$work/mixed/stderr" >&2; exit 1; }
+grep -q "the skip budget counts from zero" "$work/mixed/stderr" ||
+  { echo "test_python: no word of the states' different skip counts:" >&2; cat "$work/mixed/stderr" >&2; exit 1; }
 checks --run "$work/full" --resumed "$work/resumed-mixed"
 
 step "the same under PYTHONMALLOC=debug, policy rank-local"

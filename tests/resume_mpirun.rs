@@ -178,7 +178,10 @@ fn a_resumed_run_plans_with_what_the_run_before_learned() {
     let state = tmp.path().join("state.json");
     save_state(4, "helix", 4, 0, &state);
     let doc: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
-    assert_eq!(doc["version"], 2);
+    assert_eq!(doc["version"], 3);
+    // The skip budget's count covers the 4 steps delivered, not those planned ahead of them.
+    assert_eq!(doc["skips"]["planned"], 4 * GLOBAL_BATCH as u64, "{}", doc["skips"]);
+    assert_eq!(doc["skips"]["failed"], 0, "{}", doc["skips"]);
     let learned = &doc["learned"];
     let codecs: Vec<&str> =
         learned["decode"].as_array().unwrap().iter().map(|f| f["codec"].as_str().unwrap()).collect();
@@ -189,7 +192,7 @@ fn a_resumed_run_plans_with_what_the_run_before_learned() {
     // The same state as version 1 documents were: nothing learned.
     let mut v1 = datahelix::exec::state::LoaderState::read(&state).unwrap();
     v1.version = 1;
-    let v1 = v1.with_learned(None);
+    let v1 = v1.with_learned(None).with_skips(None);
     let cold = tmp.path().join("v1.json");
     std::fs::write(&cold, v1.to_json()).unwrap();
     let resume = |from: &Path, name: &str| {

@@ -9,7 +9,7 @@ mod untrusted_support;
 
 use datahelix::exec::exchange::{pack, unpack, Piece, HEADER};
 use datahelix::plan::record::{
-    DecodeObservation, StepRecord, MAX_OBSERVATIONS, MAX_SKIPS, MAX_WORKERS, RECORD_BYTES,
+    DecodeObservation, FailedSample, StepRecord, MAX_OBSERVATIONS, MAX_SKIPS, MAX_WORKERS, RECORD_BYTES,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -303,13 +303,16 @@ fn arb_record() -> impl Strategy<Value = StepRecord> {
     (
         (any::<u32>(), any::<u64>(), 0..=MAX_WORKERS, any::<u32>(), any_finite_f64(), nn(), any::<u64>()),
         (nn(), nn(), nn(), nn(), nn(), 0u32..=1_000_000),
-        (vec(any::<u64>(), 0..=MAX_SKIPS), any::<bool>(), vec(arb_observation(), 0..=MAX_OBSERVATIONS)),
+        (
+            vec((any::<u64>(), any::<u64>()).prop_map(|(step, id)| FailedSample { step, id }), 0..=MAX_SKIPS),
+            vec(arb_observation(), 0..=MAX_OBSERVATIONS),
+        ),
     )
         .prop_map(
             |(
                 (rank, step, workers, samples, accel_free_s, queued_cpu_s, mem_cap),
                 (gpu_s, sum_tokens, sum_tokens_sq, zstd_ratio, zstd_bps, worker_millicores),
-                (skips, skips_overflow, observations),
+                (skips, observations),
             )| StepRecord {
                 rank,
                 step,
@@ -322,7 +325,6 @@ fn arb_record() -> impl Strategy<Value = StepRecord> {
                 sum_tokens_sq,
                 samples,
                 skips,
-                skips_overflow,
                 observations,
                 zstd_ratio,
                 zstd_bps,
@@ -430,7 +432,7 @@ proptest! {
             apply(&mut bytes, m);
         }
         let (result, largest) = largest_allocation(|| StepRecord::decode(&bytes));
-        // Two small lists (16 skips, 8 observations) at most.
+        // Two small lists (8 failed samples, 8 observations) at most.
         prop_assert!(largest <= 1024, "allocated {}", largest);
         match result {
             Ok(back) => {
@@ -443,7 +445,7 @@ proptest! {
                     prop_assert!(e.contains("wrong length"), "{}", e);
                 } else if bytes[..4] != r.encode()[..4] {
                     prop_assert!(e.contains("wrong magic"), "{}", e);
-                } else if bytes[72] as usize > MAX_SKIPS || bytes[73] > 1 || bytes[74] as usize > MAX_OBSERVATIONS {
+                } else if bytes[72] as usize > MAX_SKIPS || bytes[73] != 0 || bytes[74] as usize > MAX_OBSERVATIONS {
                     prop_assert!(e.contains("counts out of range"), "{}", e);
                 }
             }

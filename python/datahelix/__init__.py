@@ -172,8 +172,9 @@ class Loader:
 
     # -- where the run stands ----------------------------------------------------------------
     def state_dict(self):
-        """Where the run stands, with the cost models the loader learned (a dict of a few KiB,
-        JSON-serialisable): save it with the model's checkpoint after a step's update."""
+        """Where the run stands, with the cost models the loader learned and the skip budget's
+        count (a dict of a few KiB, JSON-serialisable): save it with the model's checkpoint after
+        a step's update."""
         return json.loads(self._native.state())
 
     def load_state_dict(self, state):

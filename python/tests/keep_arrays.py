@@ -85,8 +85,12 @@ def main():
                           "sha256": [sha(a) for a in arrays], "meta": batch.meta,
                           "timestamps": batch.timestamps})
             if args.save_state_at is not None and batch.step == args.save_state_at:
+                state = loader.state_dict()
+                # The skip budget's count covers the steps delivered, not those planned ahead.
+                assert state["skips"] == {"planned": (batch.step + 1) * args.global_batch, "failed": 0,
+                                          "ids": []}, state["skips"]
                 with open(os.path.join(args.out, f"state-{rank}.json"), "w") as f:
-                    json.dump(loader.state_dict(), f)
+                    json.dump(state, f)
             del batch, arrays  # only the arrays keep the batches now
         metrics = loader.metrics()
         assert metrics["steps"] == len(steps), metrics

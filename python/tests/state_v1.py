@@ -1,6 +1,6 @@
-"""Writes a loader state as the version-1 document of the same state — no learned models —
-re-signed with the loader's checksum (``words_hash`` of the compact JSON without it): what a
-build before learned models wrote. For the tests of mixed and old states.
+"""Writes a loader state as the version-1 document of the same state — no learned models, no
+skip count — re-signed with the loader's checksum (``words_hash`` of the compact JSON without
+it): what a build before learned models wrote. For the tests of mixed and old states.
 
     python state_v1.py IN.json OUT.json
 """
@@ -35,6 +35,7 @@ def checksum(doc):
 def main(src, dst):
     doc = json.load(open(src))
     doc.pop("learned", None)
+    doc.pop("skips", None)
     doc["version"] = 1
     doc["checksum"] = checksum(doc)
     with open(dst, "w") as f:

@@ -408,6 +408,8 @@ struct OpenedDataset {
     first_step: u64,
     /// What the run resumed learned, where its state carries it.
     learned: Option<crate::step::Learned>,
+    /// The skip budget's count of the run resumed, where its state carries it.
+    skips: Option<crate::step::SkipCount>,
 }
 
 impl Loader<'_> {
@@ -453,7 +455,8 @@ impl Loader<'_> {
             )));
         }
         let learned = resume.and_then(|s| s.learned.clone());
-        Ok(OpenedDataset { index, ids, dataset, index_sha256, first_step, learned })
+        let skips = resume.and_then(|s| s.skips.clone());
+        Ok(OpenedDataset { index, ids, dataset, index_sha256, first_step, learned, skips })
     }
 }
 
@@ -480,6 +483,29 @@ fn resume_learned(
             agreed.resume_from_priors(why.into());
         }
         None => {}
+    }
+    Ok(())
+}
+
+/// Starts the skip budget's count from the resumed run's. The planning policies' counts are the
+/// same on every rank (they come from the gathered records), so theirs is taken where every
+/// rank's state carries the same, else every rank counts from zero and rank 0 says so; a
+/// baseline's rank counts its own decode failures, so each rank takes its own. **Collective**
+/// (an agreement of 8 bytes), on every rank whether it resumes or not.
+fn resume_skips(
+    world: &dyn Collective,
+    agreed: &mut Agreed,
+    skips: Option<crate::step::SkipCount>,
+) -> Result<(), ExecError> {
+    let same = world.agree(skips.as_ref().map_or(0, crate::step::SkipCount::hash))?;
+    match skips {
+        Some(count) if same || !agreed.config().policy.uses_records() => agreed.resume_skips(count),
+        Some(_) if world.rank() == 0 => crate::comm::say_whole(
+            "datahelix: rank 0: the skip budget counts from zero: the ranks' loader states carry \
+             different counts of failed samples (resume every rank from one rank's state, or from \
+             states taken at the same point of the loop)",
+        ),
+        Some(_) | None => {}
     }
     Ok(())
 }
@@ -681,7 +707,7 @@ impl<'w> Loader<'w> {
     /// CPU group, decode pool and step engine. Collective.
     fn start(world: WorldRef<'w>, cfg: LoaderConfig, ds: OpenedDataset) -> Result<Loader<'w>, ExecError> {
         let rank = world.get().rank();
-        let OpenedDataset { index, ids, dataset, first_step, learned, .. } = ds;
+        let OpenedDataset { index, ids, dataset, first_step, learned, skips, .. } = ds;
         let mut cfg = cfg;
         if cfg.measure_transfer {
             cfg.transfer = super::links::measure_transfer_model(world.get())?;
@@ -720,6 +746,7 @@ impl<'w> Loader<'w> {
         let plan_dump = std::env::var_os("DATAHELIX_PLAN_DUMP").map(PathBuf::from);
         let mut agreed = Agreed::new(cfg.agreed(ranks), &ids, ranks);
         resume_learned(world.get(), &mut agreed, learned)?;
+        resume_skips(world.get(), &mut agreed, skips)?;
         agreed.place_only_for(rank);
         agreed.keep_inputs(rank == 0 && plan_dump.is_some());
         let mut engine = Engine::new(rank, ranks, workers_here, worker_millicores);
@@ -748,17 +775,20 @@ impl<'w> Loader<'w> {
 
     /// Where the run stands, to [`Loader::resume`] it: the next step is the one after the batch
     /// delivered last (checkpoint it with the model after that step's optimizer update).
-    /// It carries what the policy learned so far, which a resumed run starts from: take it at
-    /// the same point of the loop on every rank (or have every rank resume from one rank's).
+    /// It carries what the policy learned so far and the skip budget's count of the steps
+    /// delivered, which a resumed run starts from: take it at the same point of the loop on
+    /// every rank (or have every rank resume from one rank's).
     pub fn state(&self) -> LoaderState {
+        let next = self.engine.next_step();
         LoaderState::new(
             self.cfg.seed,
-            self.engine.next_step(),
+            next,
             self.cfg.policy.name(),
             self.cfg.global_batch as u64,
             self.dataset.clone(),
         )
         .with_learned(Some(self.agreed.learned()))
+        .with_skips(Some(self.agreed.skips_before(next)))
     }
 
     /// Whether this loader started from what the run it resumed had learned (`null` in JSON

@@ -275,7 +275,7 @@ impl<'w> ReplicaLoader<'w> {
                 "rank {r} of this replica group could not open its loader (its error says why)"
             )));
         }
-        let follower_state = share_state(&group, leader.as_ref().map(|l| l.state().with_learned(None)))?;
+        let follower_state = share_state(&group, leader.as_ref().map(|l| group_state(l.state())))?;
         Ok(ReplicaLoader {
             leader,
             meta,
@@ -290,14 +290,12 @@ impl<'w> ReplicaLoader<'w> {
     }
 
     /// Where the run stands, the same document on every rank of the group: the leader's
-    /// [`Loader::state`] without what its policy learned (replica groups resume from the
-    /// priors); a follower's copy of it, advanced to the step after the last batch it received.
-    /// Not collective.
+    /// [`Loader::state`] without what its policy learned and its skip budget's count (replica
+    /// groups resume from the priors and count failed samples from zero); a follower's copy of
+    /// it, advanced to the step after the last batch it received. Not collective.
     pub fn state(&self) -> LoaderState {
         match (&self.leader, &self.follower_state) {
-            // Without the learned models, which only the leader has: any rank's state is the
-            // same document, and a group plans its first steps after a resume from the priors.
-            (Some(loader), _) => loader.state().with_learned(None),
+            (Some(loader), _) => group_state(loader.state()),
             (None, Some(state)) => state.clone(),
             (None, None) => unreachable!("a follower keeps its leader's state from the start"),
         }
@@ -667,6 +665,12 @@ fn share_state(world: &WorldRef<'_>, mine: Option<LoaderState>) -> Result<Option
 }
 
 /// `state` moved on to `next_step`.
+/// A leader's state as its whole group has it: without the learned models and the skip count,
+/// which only the leader keeps, so that any rank's state is the same document.
+fn group_state(leader: LoaderState) -> LoaderState {
+    leader.with_learned(None).with_skips(None)
+}
+
 fn advanced(state: &LoaderState, next_step: u64) -> LoaderState {
     let dataset = DatasetId {
         samples: state.samples,

@@ -21,18 +21,20 @@
 //! exact global batches of a run that never stopped; the batches' split across ranks may differ.
 //! A state a loader writes also carries what its policy learned ([`Learned`]: the decode and
 //! accelerator cost models, the CPUs' recent pace), so that the resumed run plans its first steps
-//! with them instead of the priors. Version 1 documents, without it, are still read.
+//! with them instead of the priors, and the skip budget's count of the steps before it
+//! ([`SkipCount`]), so that a resumed run ends where the run it continues would have when its
+//! samples keep failing. Version 1 documents (neither) and version 2 (no count) are still read.
 
 use serde::{Deserialize, Serialize};
 
 use crate::sampler::{epoch_of, words_hash};
-use crate::step::Learned;
+use crate::step::{Learned, SkipCount};
 
 /// The `format` field of every state document.
 pub const FORMAT: &str = "datahelix-loader-state";
-/// The document version this build writes (it reads this one and version 1, which has no
-/// `learned`).
-pub const VERSION: u32 = 2;
+/// The document version this build writes (it reads this one, version 2, which has no `skips`,
+/// and version 1, which has no `learned` either).
+pub const VERSION: u32 = 3;
 
 /// The largest state document read (one with every codec's decode model and the 128
 /// accelerator observations it keeps comes to ~25 KiB, by its parts' sizes; the demo's, of
@@ -81,6 +83,9 @@ pub struct LoaderState {
     /// What the policy learned by then (absent in version 1 documents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learned: Option<Learned>,
+    /// The skip budget's count of the steps before `next_step` (absent before version 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skips: Option<SkipCount>,
     /// [`words_hash`] of the document without this field, hex: catches edits and damage.
     pub checksum: String,
 }
@@ -110,6 +115,7 @@ impl LoaderState {
             manifest_sha256,
             index_sha256,
             learned: None,
+            skips: None,
             checksum: String::new(),
         };
         s.checksum = s.expected_checksum();
@@ -119,6 +125,13 @@ impl LoaderState {
     /// The same state carrying what the policy learned.
     pub fn with_learned(mut self, learned: Option<Learned>) -> LoaderState {
         self.learned = learned;
+        self.checksum = self.expected_checksum();
+        self
+    }
+
+    /// The same state carrying the skip budget's count of the steps before `next_step`.
+    pub fn with_skips(mut self, skips: Option<SkipCount>) -> LoaderState {
+        self.skips = skips;
         self.checksum = self.expected_checksum();
         self
     }
@@ -146,13 +159,16 @@ impl LoaderState {
         if value.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
             return Err(format!("not a loader state (its \"format\" is not \"{FORMAT}\")"));
         }
+        let (learned, skips) = (value.get("learned").is_some(), value.get("skips").is_some());
         match value.get("version").and_then(|v| v.as_u64()) {
-            Some(1) if value.get("learned").is_none() => {}
+            Some(1) if !learned && !skips => {}
+            Some(2) if !skips => {}
             Some(v) if v == VERSION as u64 => {}
             v => {
                 return Err(format!(
-                    "a loader state of version {}, this build reads versions 1 and {VERSION}",
-                    v.map_or("?".into(), |v| v.to_string())
+                    "a loader state of version {}{}, this build reads versions 1 to {VERSION}",
+                    v.map_or("?".into(), |v| v.to_string()),
+                    if v.is_some_and(|v| v < VERSION as u64) { " with fields of a later one" } else { "" }
                 ))
             }
         }
@@ -166,6 +182,16 @@ impl LoaderState {
         }
         if let Some(learned) = &s.learned {
             learned.check().map_err(|e| format!("the loader state's learned models are unusable: {e}"))?;
+        }
+        if let Some(skips) = &s.skips {
+            let before = s.next_step.saturating_mul(s.global_batch);
+            skips
+                .check()
+                .and_then(|()| match skips.planned <= before {
+                    true => Ok(()),
+                    false => Err(format!("{} samples planned before step {}", skips.planned, s.next_step)),
+                })
+                .map_err(|e| format!("the loader state's skip count is unusable: {e}"))?;
         }
         let epoch = epoch_of(s.next_step.saturating_mul(s.global_batch), s.samples);
         if s.global_batch == 0 || s.samples == 0 || s.epoch != epoch {
@@ -265,8 +291,8 @@ mod tests {
         assert!(LoaderState::from_json(truncated).unwrap_err().contains("malformed or truncated"));
         assert!(LoaderState::from_json("").is_err());
         assert!(LoaderState::from_json("{\"format\": \"other\"}").unwrap_err().contains("format"));
-        let v3 = text.replace("\"version\": 2", "\"version\": 3");
-        assert!(LoaderState::from_json(&v3).unwrap_err().contains("version 3"));
+        let v4 = text.replace("\"version\": 3", "\"version\": 4");
+        assert!(LoaderState::from_json(&v4).unwrap_err().contains("version 4"));
         let edited = text.replace("\"seed\": 7", "\"seed\": 8");
         assert!(LoaderState::from_json(&edited).unwrap_err().contains("checksum"));
         let extra = text.replacen('{', "{\"unknown\": 1,", 1);
@@ -326,6 +352,30 @@ mod tests {
         // Version 1 has no learned models: one that claims both is not a document any build wrote.
         v1.learned = Some(learned());
         assert!(LoaderState::from_json(&signed(v1)).unwrap_err().contains("version 1"));
+    }
+
+    #[test]
+    fn a_version_2_document_still_reads_and_skip_counts_are_checked() {
+        let mut v2 = LoaderState::new(7, 6, "helix", 16, dataset()).with_learned(Some(learned()));
+        v2.version = 2;
+        v2.checksum = v2.expected_checksum();
+        assert_eq!(LoaderState::from_json(&v2.to_json()).unwrap(), v2);
+        let count = SkipCount { planned: 96, failed: 11, ids: vec![4, 9, 4] };
+        // Version 2 has no skip count: one that claims one is not a document any build wrote.
+        v2.skips = Some(count.clone());
+        assert!(LoaderState::from_json(&signed(v2))
+            .unwrap_err()
+            .contains("version 2 with fields of a later"));
+        let s = LoaderState::new(7, 6, "helix", 16, dataset()).with_skips(Some(count.clone()));
+        assert_eq!(LoaderState::from_json(&s.to_json()).unwrap().skips, Some(count.clone()));
+        let bad = |c: SkipCount| LoaderState::from_json(&signed(s.clone().with_skips(Some(c)))).unwrap_err();
+        // More planned than the 6 steps of 16 before step 6; more failed than planned; more ids
+        // than failures, or than a state keeps.
+        assert!(bad(SkipCount { planned: 97, ..count.clone() }).contains("97 samples planned before step 6"));
+        assert!(bad(SkipCount { failed: 97, ..count.clone() }).contains("97 failed samples of 96"));
+        assert!(bad(SkipCount { failed: 2, ..count.clone() }).contains("3 failed ids for 2"));
+        let many = SkipCount { failed: 40, ids: vec![1; crate::step::NAMED_SKIPS + 1], ..count };
+        assert!(bad(many).contains("skip count is unusable"));
     }
 
     #[test]

@@ -652,7 +652,8 @@ pub extern "C" fn dh_loader_new_with_comm(
 /// included, to `*needed_out`. Save it with the model's checkpoint after a step's update; a new
 /// loader continues from it with the configuration key `resume`: its first batch is the step
 /// after the one delivered last, every global batch is the one an uninterrupted run delivers
-/// (at any world size), and it plans with the cost models this run learned. Not collective.
+/// (at any world size), it plans with the cost models this run learned, and its skip budget
+/// counts on from this run's failed samples. Not collective.
 /// Fails with `DH_NULL_PARAMETER` or `DH_CLOSED`.
 #[no_mangle]
 pub extern "C" fn dh_loader_state(

@@ -2,10 +2,10 @@
 //! that the ranks all-gather every step (`Collective::all_gather`, [`RECORD_BYTES`] each).
 //!
 //! ```
-//! use datahelix::plan::record::{DecodeObservation, StepRecord, RECORD_BYTES};
+//! use datahelix::plan::record::{DecodeObservation, FailedSample, StepRecord, RECORD_BYTES};
 //!
 //! let mut r = StepRecord { rank: 3, step: 41, workers: 2, accel_free_s: 0.12, ..StepRecord::default() };
-//! r.push_skip(0xDEAD);
+//! r.skips.push(FailedSample { step: 42, id: 0xDEAD });
 //! r.push_observation(DecodeObservation { codec: 1, mpixels: 3.2, mbits: 1.5, discarded: 0.0, seconds: 0.04 });
 //! let bytes = r.encode();
 //! assert_eq!(bytes.len(), RECORD_BYTES);
@@ -13,20 +13,23 @@
 //! ```
 //!
 //! Fixed size keeps the all-gather a single cheap collective of known length. What does not fit
-//! is flagged: more than [`MAX_SKIPS`] failed samples set `skips_overflow` (the executor then
-//! all-gathers the full list with `all_gather_v`); of more than [`MAX_OBSERVATIONS`] decode
+//! waits or is sampled: a rank with more than [`MAX_SKIPS`] failed samples to tell lists the
+//! first ones and keeps the rest for its next records (`step::Engine`), so that every failure is
+//! counted once, with its step; of more than [`MAX_OBSERVATIONS`] decode
 //! timings it keeps a uniform sample ([`StepRecord::sample_observation`]: the first ones are the
 //! longest jobs of an earliest-deadline-first pool, and a model fitted on them learns mostly the
 //! longest decodes).
 
 use super::RankState;
 
-/// Failed-sample ids a record carries.
-pub const MAX_SKIPS: usize = 16;
+/// Failed samples a record carries (a rank's failures past it wait for its next records: a
+/// failure is told late, never lost). With their steps, 8 take the room 16 bare ids took: the
+/// record stays 544 bytes, which the simulator prices every round.
+pub const MAX_SKIPS: usize = 8;
 /// Decode observations a record carries.
 pub const MAX_OBSERVATIONS: usize = 8;
 /// Bytes of an encoded record.
-pub const RECORD_BYTES: usize = HEADER + MAX_SKIPS * 8 + MAX_OBSERVATIONS * OBS_BYTES;
+pub const RECORD_BYTES: usize = HEADER + MAX_SKIPS * SKIP_BYTES + MAX_OBSERVATIONS * OBS_BYTES;
 
 const MAGIC: u32 = 0xD4_7A_5E_C1;
 /// The most decode workers a record may state for one rank: the planner sizes per-worker state by
@@ -34,6 +37,16 @@ const MAGIC: u32 = 0xD4_7A_5E_C1;
 pub const MAX_WORKERS: u32 = 1 << 16;
 const HEADER: usize = 96;
 const OBS_BYTES: usize = 40;
+const SKIP_BYTES: usize = 16;
+
+/// A sample whose decode failed: the step it was planned in, and its id.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FailedSample {
+    /// The step whose global batch holds it.
+    pub step: u64,
+    /// The sample's id.
+    pub id: u64,
+}
 
 /// One measured decode, as the decode-cost model's features (per codec).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -73,10 +86,9 @@ pub struct StepRecord {
     pub sum_tokens_sq: f64,
     /// Samples it trained in that step.
     pub samples: u32,
-    /// Ids of samples that failed on this rank since the last record.
-    pub skips: Vec<u64>,
-    /// True when more failed than [`MAX_SKIPS`].
-    pub skips_overflow: bool,
+    /// Samples that failed on this rank since its last record (at most [`MAX_SKIPS`]; the
+    /// rank keeps the rest for its next record).
+    pub skips: Vec<FailedSample>,
     /// Decode timings measured since the last record.
     pub observations: Vec<DecodeObservation>,
     /// zstd level-1 compression ratio measured on this rank's tensors (0: not measured).
@@ -109,13 +121,11 @@ fn f64_at(b: &[u8], at: usize) -> f64 {
 }
 
 impl StepRecord {
-    /// Adds a failed sample (flags overflow past [`MAX_SKIPS`]).
-    pub fn push_skip(&mut self, id: u64) {
-        if self.skips.len() < MAX_SKIPS {
-            self.skips.push(id);
-        } else {
-            self.skips_overflow = true;
-        }
+    /// Moves failed samples from the front of `waiting` into the record while it has room
+    /// ([`MAX_SKIPS`]); the rest stay for the next record.
+    pub fn take_skips(&mut self, waiting: &mut std::collections::VecDeque<FailedSample>) {
+        let room = MAX_SKIPS.saturating_sub(self.skips.len()).min(waiting.len());
+        self.skips.extend(waiting.drain(..room));
     }
 
     /// Adds a decode timing (dropped past [`MAX_OBSERVATIONS`]).
@@ -176,15 +186,15 @@ impl StepRecord {
         put(&mut b, 56, &self.sum_tokens.to_bits().to_le_bytes());
         put(&mut b, 64, &self.sum_tokens_sq.to_bits().to_le_bytes());
         b[72] = self.skips.len().min(MAX_SKIPS) as u8;
-        b[73] = self.skips_overflow as u8;
         b[74] = self.observations.len().min(MAX_OBSERVATIONS) as u8;
         put(&mut b, 76, &self.worker_millicores.to_le_bytes());
         put(&mut b, 80, &self.zstd_ratio.to_bits().to_le_bytes());
         put(&mut b, 88, &self.zstd_bps.to_bits().to_le_bytes());
-        for (k, id) in self.skips.iter().take(MAX_SKIPS).enumerate() {
-            put(&mut b, HEADER + 8 * k, &id.to_le_bytes());
+        for (k, f) in self.skips.iter().take(MAX_SKIPS).enumerate() {
+            put(&mut b, HEADER + SKIP_BYTES * k, &f.step.to_le_bytes());
+            put(&mut b, HEADER + SKIP_BYTES * k + 8, &f.id.to_le_bytes());
         }
-        let obs_at = HEADER + 8 * MAX_SKIPS;
+        let obs_at = HEADER + SKIP_BYTES * MAX_SKIPS;
         for (k, o) in self.observations.iter().take(MAX_OBSERVATIONS).enumerate() {
             let at = obs_at + OBS_BYTES * k;
             b[at] = o.codec;
@@ -204,11 +214,11 @@ impl StepRecord {
         if u32_at(b, 0) != MAGIC {
             return Err(RecordError("wrong magic"));
         }
-        let (n_skips, overflow, n_obs) = (b[72] as usize, b[73], b[74] as usize);
-        if n_skips > MAX_SKIPS || n_obs > MAX_OBSERVATIONS || overflow > 1 {
+        let (n_skips, reserved, n_obs) = (b[72] as usize, b[73], b[74] as usize);
+        if n_skips > MAX_SKIPS || n_obs > MAX_OBSERVATIONS || reserved != 0 {
             return Err(RecordError("counts out of range"));
         }
-        let obs_at = HEADER + 8 * MAX_SKIPS;
+        let obs_at = HEADER + SKIP_BYTES * MAX_SKIPS;
         let rec = StepRecord {
             rank: u32_at(b, 4),
             step: u64_at(b, 8),
@@ -220,8 +230,12 @@ impl StepRecord {
             gpu_s: f64_at(b, 48),
             sum_tokens: f64_at(b, 56),
             sum_tokens_sq: f64_at(b, 64),
-            skips: (0..n_skips).map(|k| u64_at(b, HEADER + 8 * k)).collect(),
-            skips_overflow: overflow == 1,
+            skips: (0..n_skips)
+                .map(|k| FailedSample {
+                    step: u64_at(b, HEADER + SKIP_BYTES * k),
+                    id: u64_at(b, HEADER + SKIP_BYTES * k + 8),
+                })
+                .collect(),
             zstd_ratio: f64_at(b, 80),
             zstd_bps: f64_at(b, 88),
             worker_millicores: u32_at(b, 76),
@@ -306,17 +320,27 @@ mod tests {
     }
 
     #[test]
-    fn overflow_is_flagged_and_bad_bytes_rejected() {
+    fn failures_past_the_room_wait_and_bad_bytes_are_rejected() {
         let mut r = StepRecord { rank: 1, worker_millicores: 500, ..StepRecord::default() };
-        for id in 0..20 {
-            r.push_skip(id);
-        }
+        let mut waiting: std::collections::VecDeque<FailedSample> =
+            (0..12).map(|id| FailedSample { step: 7 + id / 6, id }).collect();
+        r.take_skips(&mut waiting);
         assert_eq!(r.skips.len(), MAX_SKIPS);
-        assert!(r.skips_overflow);
+        assert_eq!(r.skips[7], FailedSample { step: 8, id: 7 });
+        // The four that did not fit wait, in order, for the next record.
+        assert_eq!(waiting.iter().map(|f| f.id).collect::<Vec<_>>(), [8, 9, 10, 11]);
+        let mut next = StepRecord::default();
+        next.take_skips(&mut waiting);
+        assert_eq!(next.skips.len(), 4);
+        assert!(waiting.is_empty());
+        assert_eq!(RECORD_BYTES, 544, "the simulator prices every round's all-gather of it");
         let b = r.encode();
         assert_eq!(StepRecord::decode(&b).unwrap(), r);
         let mut bad = b;
         bad[72] = 200;
+        assert!(StepRecord::decode(&bad).is_err());
+        let mut bad = b;
+        bad[73] = 1;
         assert!(StepRecord::decode(&bad).is_err());
         assert!(StepRecord::decode(&b[..10]).is_err());
         let mut two = StepRecord { rank: 0, ..Default::default() }.encode().to_vec();

@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
+use serde::{Deserialize, Serialize};
+
 use super::learned::{Learned, Resumed, MAX_ACCEL_OBSERVATIONS};
 use super::{PartKey, StepError};
 use crate::cost::accel::{AccelFit, AccelModel, TokenFormula};
@@ -16,7 +18,7 @@ use crate::decode::sample::{output_shape, Params};
 use crate::decode::split::FrameRange;
 use crate::descriptor::{Codec, Descriptor};
 use crate::plan::rebalance::{self, Decoded};
-use crate::plan::record::StepRecord;
+use crate::plan::record::{FailedSample, StepRecord};
 use crate::plan::{PlanInput, PlanOptions, RankState, Scope, TransferCost};
 use crate::policy::pieces::{OfferContext, StepOffer};
 use crate::policy::{self, Policy, StepPlan};
@@ -102,16 +104,92 @@ impl AgreedConfig {
     }
 }
 
-/// The samples that failed so far, against the samples planned ([`Agreed::skip_budget`]).
+/// The samples that failed so far, against the samples planned ([`Agreed::skip_budget`]), with
+/// what of both belongs to the steps not yet delivered, so that a loader state counts the steps
+/// before its next one only ([`Agreed::skips_before`]): a resumed run plans and decodes the others
+/// again.
 #[derive(Clone, Debug, Default)]
 struct SkipTally {
-    /// Ids that failed, in the order they were learned (index-bad ones at planning, decode
-    /// failures from the gathered records).
-    ids: Vec<u64>,
-    /// Failures a record could not list (more than its room): counted, not named.
-    unlisted: u64,
+    /// Samples failed (index-bad ones at planning, decode failures from the gathered records).
+    failed: u64,
     /// Samples of every planned global batch.
     planned: u64,
+    /// The first [`NAMED_SKIPS`] failures, named in the budget's error (a resumed run's carry
+    /// step 0: they are all before it).
+    named: Vec<FailedSample>,
+    /// The step in training: failures and plans of steps before it are final.
+    training: u64,
+    /// Per step from `training` on: its planned samples and failures, which `planned` and
+    /// `failed` include.
+    recent: BTreeMap<u64, (u64, u64)>,
+}
+
+/// Failed samples the skip budget's error names (and a loader state keeps).
+pub const NAMED_SKIPS: usize = 20;
+
+impl SkipTally {
+    fn planned(&mut self, step: u64, samples: u64) {
+        self.planned += samples;
+        if step >= self.training {
+            self.recent.entry(step).or_default().0 += samples;
+        }
+    }
+
+    fn failed(&mut self, f: FailedSample) {
+        self.failed += 1;
+        if self.named.len() < NAMED_SKIPS {
+            self.named.push(f);
+        }
+        if f.step >= self.training {
+            self.recent.entry(f.step).or_default().1 += 1;
+        }
+    }
+
+    fn training(&mut self, s: u64) {
+        self.training = self.training.max(s);
+        self.recent.retain(|&t, _| t >= s);
+    }
+
+    fn before(&self, s: u64) -> SkipCount {
+        let (planned, failed) =
+            self.recent.range(s..).fold((self.planned, self.failed), |(p, f), (_, &(dp, df))| {
+                (p.saturating_sub(dp), f.saturating_sub(df))
+            });
+        let ids = self.named.iter().filter(|f| f.step < s).map(|f| f.id).collect();
+        SkipCount { planned, failed, ids }
+    }
+}
+
+/// The skip budget's count of the steps before a loader state's next step: what a resumed run
+/// starts counting from ([`Agreed::resume_skips`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkipCount {
+    /// Samples of those steps' global batches.
+    pub planned: u64,
+    /// Those of them that failed (a baseline's rank counts its own decode failures only).
+    pub failed: u64,
+    /// The first failed ones' ids (at most [`NAMED_SKIPS`]).
+    pub ids: Vec<u64>,
+}
+
+impl SkipCount {
+    /// A hash of the count, to compare ranks' by.
+    pub fn hash(&self) -> u64 {
+        let bytes = serde_json::to_vec(self).expect("counts serialise");
+        crate::sampler::words_hash(&bytes)
+    }
+
+    /// `Ok` when the count is one a run could have kept; else what is wrong with it.
+    pub fn check(&self) -> Result<(), String> {
+        if self.failed > self.planned {
+            return Err(format!("{} failed samples of {} planned", self.failed, self.planned));
+        }
+        if self.ids.len() > NAMED_SKIPS || self.ids.len() as u64 > self.failed {
+            return Err(format!("{} failed ids for {} failed samples", self.ids.len(), self.failed));
+        }
+        Ok(())
+    }
 }
 
 /// What one sample of a planned step is.
@@ -534,9 +612,8 @@ impl Agreed {
                 }
             }
         }
-        for r in records {
-            self.skips.ids.extend_from_slice(&r.skips);
-            self.skips.unlisted += u64::from(r.skips_overflow);
+        for f in records.iter().flat_map(|r| &r.skips) {
+            self.skips.failed(*f);
         }
         self.states = records.iter().map(StepRecord::rank_state).collect();
         let zstd: Vec<&StepRecord> = records.iter().filter(|r| r.zstd_bps > 0.0).collect();
@@ -552,8 +629,24 @@ impl Agreed {
     /// A sample that failed on this rank, for the DataLoader-style baselines, which gather no
     /// records after their first round: their skip budget counts each rank's own failures (and
     /// the index-bad samples every rank knows) against its share of the planned samples.
-    pub fn note_local_skip(&mut self, id: u64) {
-        self.skips.ids.push(id);
+    pub fn note_local_skip(&mut self, f: FailedSample) {
+        self.skips.failed(f);
+    }
+
+    /// The skip budget's count of the steps before `s`, for a loader state whose next step is
+    /// `s` (not before the step in training): the steps from `s` on, planned and perhaps
+    /// decoded already, are planned and decoded again by the run that resumes it.
+    pub fn skips_before(&self, s: u64) -> SkipCount {
+        self.skips.before(s)
+    }
+
+    /// Starts the skip budget's count from a resumed run's (checked: [`SkipCount::check`]),
+    /// before the first plan.
+    pub fn resume_skips(&mut self, count: SkipCount) {
+        self.skips.planned += count.planned;
+        self.skips.failed += count.failed;
+        let room = NAMED_SKIPS.saturating_sub(self.skips.named.len());
+        self.skips.named.extend(count.ids.into_iter().take(room).map(|id| FailedSample { step: 0, id }));
     }
 
     /// Whether the run stays within its skip budget: `Err` (what failed and what to do) once more
@@ -562,7 +655,7 @@ impl Agreed {
     /// same round, so the run ends everywhere at once.
     pub fn skip_budget(&self) -> Result<(), String> {
         let rate = self.cfg.max_skip_rate;
-        let failed = self.skips.ids.len() as u64 + self.skips.unlisted;
+        let failed = self.skips.failed;
         let planned = if self.cfg.policy.uses_records() {
             self.skips.planned
         } else {
@@ -571,7 +664,7 @@ impl Agreed {
         if rate >= 1.0 || failed < MIN_SKIPS_JUDGED || (failed as f64) <= rate * planned as f64 {
             return Ok(());
         }
-        let shown: Vec<String> = self.skips.ids.iter().take(20).map(u64::to_string).collect();
+        let shown: Vec<String> = self.skips.named.iter().map(|f| f.id.to_string()).collect();
         let more = failed.saturating_sub(shown.len() as u64);
         Err(format!(
             "{failed} of the {planned} samples planned so far failed (bad in the index, or their decode: each decoding \
@@ -585,6 +678,7 @@ impl Agreed {
     /// The step in training and its predicted seconds on the slowest rank; set once per step by
     /// the first engine that delivers it.
     pub fn start_training(&mut self, s: u64) {
+        self.skips.training(s);
         if self.training.is_some_and(|t| t.0 >= s) {
             return;
         }
@@ -734,8 +828,10 @@ impl Agreed {
             slots.push(Slot { id, pos, desc, ok: desc.is_some_and(|d| d.status.is_ok()) });
         }
         let usable: Vec<usize> = (0..slots.len()).filter(|&k| slots[k].ok).collect();
-        self.skips.planned += slots.len() as u64;
-        self.skips.ids.extend(slots.iter().filter(|s| !s.ok).map(|s| s.id));
+        self.skips.planned(t, slots.len() as u64);
+        for slot in slots.iter().filter(|s| !s.ok) {
+            self.skips.failed(FailedSample { step: t, id: slot.id });
+        }
         // Every rank's batch of step t is due when step t−1 ends; steps planned before are
         // predicted again (the model has learned since), against the steps running short by
         // one spread of the model: a batch is then ready even when they do.
@@ -942,4 +1038,52 @@ fn std_dev(values: &VecDeque<f64>) -> f64 {
     let n = values.len() as f64;
     let mean = values.iter().sum::<f64>() / n;
     (values.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n).sqrt()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(step: u64, id: u64) -> FailedSample {
+        FailedSample { step, id }
+    }
+
+    #[test]
+    fn a_state_counts_the_steps_before_its_next_one_only() {
+        let mut t = SkipTally::default();
+        // Steps 0 to 3 planned (two of them ahead of the step in training), an index-bad sample
+        // in step 3, decode failures of steps 1 and 2 told by records.
+        for step in 0..4 {
+            t.planned(step, 4);
+        }
+        t.failed(failed(3, 30));
+        t.training(1);
+        t.failed(failed(1, 10));
+        t.failed(failed(2, 20));
+        assert_eq!(t.before(2), SkipCount { planned: 8, failed: 1, ids: vec![10] });
+        assert_eq!(t.before(3), SkipCount { planned: 12, failed: 2, ids: vec![10, 20] });
+        // A failure of a step gone by, told late, is in every count after it.
+        t.training(2);
+        t.failed(failed(0, 5));
+        assert_eq!(t.before(3), SkipCount { planned: 12, failed: 3, ids: vec![10, 20, 5] });
+        assert_eq!(t.recent.keys().copied().collect::<Vec<_>>(), [2, 3]);
+        // The budget judges them all.
+        assert_eq!((t.planned, t.failed), (16, 4));
+    }
+
+    #[test]
+    fn a_resumed_count_brings_the_verdict_forward() {
+        let cfg = AgreedConfig { max_skip_rate: 0.1, ..AgreedConfig::for_tests() };
+        let mut fresh = Agreed::new(cfg.clone(), &[1, 2, 3, 4], 2);
+        let mut resumed = Agreed::new(cfg, &[1, 2, 3, 4], 2);
+        resumed.resume_skips(SkipCount { planned: 40, failed: 9, ids: vec![7; 9] });
+        for a in [&mut fresh, &mut resumed] {
+            a.skips.planned(10, 4);
+            a.note_local_skip(failed(10, 3));
+        }
+        assert!(fresh.skip_budget().is_ok(), "1 failure is below the judged minimum");
+        let e = resumed.skip_budget().unwrap_err();
+        assert!(e.starts_with("10 of the 44 samples planned so far failed"), "{e}");
+        assert!(e.contains("ids 7, 7, 7, 7, 7, 7, 7, 7, 7, 3;"), "{e}");
+    }
 }

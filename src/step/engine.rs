@@ -10,7 +10,7 @@ use super::{
 };
 use crate::decode::cost::Features;
 use crate::plan::rebalance::Decoded;
-use crate::plan::record::{DecodeObservation, StepRecord};
+use crate::plan::record::{DecodeObservation, FailedSample, StepRecord};
 use crate::plan::{Fnv, PlanOptions};
 use crate::policy;
 
@@ -148,9 +148,10 @@ pub struct Engine {
     stages: VecDeque<Stage>,
     waiting: Option<Waiting>,
     counters: Counters,
-    /// This rank's decode failures not yet told to the skip budget (baselines only: the
-    /// planning policies learn every rank's from the gathered records).
-    local_skips: Vec<u64>,
+    /// This rank's decode failures not yet told: in its next records (a record lists
+    /// [`MAX_SKIPS`](crate::plan::record::MAX_SKIPS); the rest wait for the next), or straight
+    /// to the skip budget for the baselines, which gather no records after their first round.
+    failed: VecDeque<FailedSample>,
     /// A late-rank step collected here (not the late rank): its pieces for the late rank not
     /// sent at collection, to send from the next call.
     late_out: Option<(u64, Vec<PartKey>)>,
@@ -171,7 +172,7 @@ impl Engine {
             worker_millicores,
             record: StepRecord { rank: rank as u32, workers, worker_millicores, ..StepRecord::default() },
             zstd: (0.0, 0.0),
-            local_skips: Vec::new(),
+            failed: VecDeque::new(),
             outstanding: HashMap::new(),
             done: HashMap::new(),
             received: HashMap::new(),
@@ -309,12 +310,7 @@ impl Engine {
                         self.record.sample_observation(o, self.observed);
                         self.observed += 1;
                     }
-                    (false, _) => {
-                        self.record.push_skip(slot.id);
-                        if !agreed.config().policy.uses_records() {
-                            self.local_skips.push(slot.id);
-                        }
-                    }
+                    (false, _) => self.failed.push_back(FailedSample { step: f.key.step, id: slot.id }),
                     _ => {}
                 }
             }
@@ -446,8 +442,10 @@ impl Engine {
                 // The skip budget, from what every rank knows (its own failures too, for the
                 // baselines): the run ends here, at a round's start, on every rank at once.
                 let last = (current + 1 + cfg.lookahead as u64).min(cfg.steps.max(current + 1));
-                for id in std::mem::take(&mut self.local_skips) {
-                    agreed.note_local_skip(id);
+                if !cfg.policy.uses_records() {
+                    for f in self.failed.drain(..) {
+                        agreed.note_local_skip(f);
+                    }
                 }
                 agreed
                     .skip_budget()
@@ -464,6 +462,7 @@ impl Engine {
                 // fingerprint covers).
                 if !agreed.has_states() || cfg.policy.uses_records() {
                     self.record.step = current;
+                    self.record.take_skips(&mut self.failed);
                     self.record.queued_cpu_s = self.outstanding.values().sum();
                     (self.record.zstd_ratio, self.record.zstd_bps) = self.zstd;
                     let bytes = self.record.encode().to_vec();

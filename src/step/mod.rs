@@ -84,8 +84,8 @@ mod engine;
 mod learned;
 
 pub use agreed::{
-    AfterDecode, Agreed, AgreedConfig, Catalog, LastExchange, Planned, Slot, DEFAULT_MAX_SKIP_RATE,
-    MIN_SKIPS_JUDGED,
+    AfterDecode, Agreed, AgreedConfig, Catalog, LastExchange, Planned, SkipCount, Slot,
+    DEFAULT_MAX_SKIP_RATE, MIN_SKIPS_JUDGED, NAMED_SKIPS,
 };
 pub use engine::{Counters, Engine};
 pub use learned::{Learned, Resumed, MAX_ACCEL_OBSERVATIONS};
