@@ -180,11 +180,9 @@ impl SkipCount {
         crate::sampler::words_hash(&bytes)
     }
 
-    /// `Ok` when the count is one a run could have kept; else what is wrong with it.
+    /// `Ok` when the count is one a run could have kept; else what is wrong with it. (Failures
+    /// may outnumber the samples planned: each failed piece of a split sample counts.)
     pub fn check(&self) -> Result<(), String> {
-        if self.failed > self.planned {
-            return Err(format!("{} failed samples of {} planned", self.failed, self.planned));
-        }
         if self.ids.len() > NAMED_SKIPS || self.ids.len() as u64 > self.failed {
             return Err(format!("{} failed ids for {} failed samples", self.ids.len(), self.failed));
         }
