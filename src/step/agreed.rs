@@ -128,14 +128,14 @@ struct SkipTally {
 pub const NAMED_SKIPS: usize = 20;
 
 impl SkipTally {
-    fn planned(&mut self, step: u64, samples: u64) {
+    fn note_planned(&mut self, step: u64, samples: u64) {
         self.planned += samples;
         if step >= self.training {
             self.recent.entry(step).or_default().0 += samples;
         }
     }
 
-    fn failed(&mut self, f: FailedSample) {
+    fn note_failed(&mut self, f: FailedSample) {
         self.failed += 1;
         if self.named.len() < NAMED_SKIPS {
             self.named.push(f);
@@ -145,7 +145,7 @@ impl SkipTally {
         }
     }
 
-    fn training(&mut self, s: u64) {
+    fn note_training(&mut self, s: u64) {
         self.training = self.training.max(s);
         self.recent.retain(|&t, _| t >= s);
     }
@@ -611,7 +611,7 @@ impl Agreed {
             }
         }
         for f in records.iter().flat_map(|r| &r.skips) {
-            self.skips.failed(*f);
+            self.skips.note_failed(*f);
         }
         self.states = records.iter().map(StepRecord::rank_state).collect();
         let zstd: Vec<&StepRecord> = records.iter().filter(|r| r.zstd_bps > 0.0).collect();
@@ -628,7 +628,7 @@ impl Agreed {
     /// records after their first round: their skip budget counts each rank's own failures (and
     /// the index-bad samples every rank knows) against its share of the planned samples.
     pub fn note_local_skip(&mut self, f: FailedSample) {
-        self.skips.failed(f);
+        self.skips.note_failed(f);
     }
 
     /// The skip budget's count of the steps before `s`, for a loader state whose next step is
@@ -676,7 +676,7 @@ impl Agreed {
     /// The step in training and its predicted seconds on the slowest rank; set once per step by
     /// the first engine that delivers it.
     pub fn start_training(&mut self, s: u64) {
-        self.skips.training(s);
+        self.skips.note_training(s);
         if self.training.is_some_and(|t| t.0 >= s) {
             return;
         }
@@ -826,9 +826,9 @@ impl Agreed {
             slots.push(Slot { id, pos, desc, ok: desc.is_some_and(|d| d.status.is_ok()) });
         }
         let usable: Vec<usize> = (0..slots.len()).filter(|&k| slots[k].ok).collect();
-        self.skips.planned(t, slots.len() as u64);
+        self.skips.note_planned(t, slots.len() as u64);
         for slot in slots.iter().filter(|s| !s.ok) {
-            self.skips.failed(FailedSample { step: t, id: slot.id });
+            self.skips.note_failed(FailedSample { step: t, id: slot.id });
         }
         // Every rank's batch of step t is due when step t−1 ends; steps planned before are
         // predicted again (the model has learned since), against the steps running short by
@@ -1052,17 +1052,17 @@ mod tests {
         // Steps 0 to 3 planned (two of them ahead of the step in training), an index-bad sample
         // in step 3, decode failures of steps 1 and 2 told by records.
         for step in 0..4 {
-            t.planned(step, 4);
+            t.note_planned(step, 4);
         }
-        t.failed(failed(3, 30));
-        t.training(1);
-        t.failed(failed(1, 10));
-        t.failed(failed(2, 20));
+        t.note_failed(failed(3, 30));
+        t.note_training(1);
+        t.note_failed(failed(1, 10));
+        t.note_failed(failed(2, 20));
         assert_eq!(t.before(2), SkipCount { planned: 8, failed: 1, ids: vec![10] });
         assert_eq!(t.before(3), SkipCount { planned: 12, failed: 2, ids: vec![10, 20] });
         // A failure of a step gone by, told late, is in every count after it.
-        t.training(2);
-        t.failed(failed(0, 5));
+        t.note_training(2);
+        t.note_failed(failed(0, 5));
         assert_eq!(t.before(3), SkipCount { planned: 12, failed: 3, ids: vec![10, 20, 5] });
         assert_eq!(t.recent.keys().copied().collect::<Vec<_>>(), [2, 3]);
         // The budget judges them all.
@@ -1076,7 +1076,7 @@ mod tests {
         let mut resumed = Agreed::new(cfg, &[1, 2, 3, 4], 2);
         resumed.resume_skips(SkipCount { planned: 40, failed: 9, ids: vec![7; 9] });
         for a in [&mut fresh, &mut resumed] {
-            a.skips.planned(10, 4);
+            a.skips.note_planned(10, 4);
             a.note_local_skip(failed(10, 3));
         }
         assert!(fresh.skip_budget().is_ok(), "1 failure is below the judged minimum");
