@@ -8,8 +8,8 @@
 #      open; also from two ranks' states that disagree on the learned models: a version-1 state,
 #      python/tests/state_v1.py, beside a version-3 one); replica groups (`replica_ranks`);
 #   3. in the project's environment (.venv, with torch): DDP over gloo through datahelix.torch
-#      (also with late ranks),
-#      the README's training loop (with its resume), the PyTorch C++ extension of
+#      (also with late ranks, and with the first steps decoded during an emulated model load:
+#      prepare_at_open), the README's training loop (with its resume), the PyTorch C++ extension of
 #      csrc/examples/pytorch built by torch.utils.cpp_extension, and MindSpore (CPU): the AOT op
 #      of csrc/examples/mindspore and Tensor.from_numpy on the package's arrays.
 #
@@ -86,6 +86,12 @@ mkdir -p "$work/ddp-late"
 MASTER_PORT=$(free_port) mpirun -np 2 "$tpy" python/tests/torch_ddp.py --data "$work/tiny" --out "$work/ddp-late" \
   --late --steps 12
 checks --run "$work/ddp-late"
+
+step "PyTorch: prepare_at_open, the first steps decoded during a 2 s model load (mpirun -np 2)"
+mkdir -p "$work/ddp-early"
+MASTER_PORT=$(free_port) mpirun -np 2 "$tpy" python/tests/torch_ddp.py --data "$work/tiny" --out "$work/ddp-early" \
+  --prepare-at-open
+checks --run "$work/ddp-early"
 
 step "the README's PyTorch loop, and its resume from the checkpoints it saved"
 python3 - README.md python/examples/train_torch.py <<'PYEOF'

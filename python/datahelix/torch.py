@@ -15,7 +15,8 @@
 Launch with ``mpirun -np R python train.py``. ``batch`` is a dict: ``"step"`` (int),
 ``"ids"`` (a list of the delivered samples' ids: 64-bit unsigned, beyond int64 tensors),
 ``"tokens"`` (an int64 tensor, one entry per delivered sample), ``"skipped"`` (a list of the
-ids of this rank's samples that could not be decoded) and ``"frames"`` (a list of
+ids of this rank's samples that could not be decoded), ``"input_wait_s"`` (the seconds the
+loader kept this step waiting for its batch) and ``"frames"`` (a list of
 ``uint8`` tensors ``[F, H, W, 3]``, shared with the batch's memory through DLPack: no copy;
 kept tensors stay valid after the step, the loop and ``close``).
 
@@ -35,8 +36,11 @@ The step driver runs on the training thread, from hooks around the user's step:
 - without hooks, a step is reported when the next batch is asked for.
 
 A loader decodes nothing before it is asked: to have the first batch decoded while the job still
-loads its checkpoint or compiles its model, call ``data.loader.prepare_ahead()`` on every rank
-right after making ``data`` (and again after ``data.load_state_dict``, which reopens it).
+loads its checkpoint or compiles its model, pass ``prepare_at_open=True``; the first steps are then
+planned and start decoding as ``data`` is made, and again as ``data.load_state_dict`` reopens it,
+so make ``data`` (and load its state) first, then load the model. To resume, passing the state
+as the ``resume_file=`` (a path) or ``resume=`` (its JSON text) setting opens the loader once,
+where ``load_state_dict`` stops the decoding begun at open and starts over.
 
 Every rank runs the same hooks in the same order: they are collective, like the loader. Use it
 directly (``for batch in data``) or in ``torch.utils.data.DataLoader(data, batch_size=None)``
@@ -87,11 +91,14 @@ def _on(value):
 class DataHelix(torch.utils.data.IterableDataset):
     """This rank's loader as an iterable of dicts of torch tensors (see the module's docs).
     Takes :class:`datahelix.Loader`'s settings; ``model`` and ``optimizer`` install the step
-    hooks. Opening is collective."""
+    hooks; ``prepare_at_open`` starts decoding the first steps at once (and again after
+    :meth:`load_state_dict`). Opening is collective."""
 
-    def __init__(self, data, *, model=None, optimizer=None, synchronize=None, **settings):
+    def __init__(self, data, *, model=None, optimizer=None, synchronize=None, prepare_at_open=False,
+                 **settings):
         super().__init__()
         self.loader = Loader(data, **settings)
+        self._prepare_at_open = prepare_at_open
         self._synchronize = synchronize
         self._delivered_at = None   # when the unreported step's batch was handed over
         self._prepared = True       # whether that step's prepare_ahead ran
@@ -103,6 +110,13 @@ class DataHelix(torch.utils.data.IterableDataset):
                 self._hooks.append(model.register_forward_hook(self._prepare))
         if optimizer is not None:
             self._hooks.append(optimizer.register_step_post_hook(self._after_optimizer_step))
+        self._prepare_first_steps()
+
+    def _prepare_first_steps(self):
+        """With ``prepare_at_open``: plan the first steps and start decoding them now, before
+        the first batch is asked for (collective, as every rank makes ``data`` alike)."""
+        if self._prepare_at_open:
+            self.loader.prepare_ahead()
 
     # -- hooks -------------------------------------------------------------------------------
     def _prepare(self, *_):
@@ -142,7 +156,10 @@ class DataHelix(torch.utils.data.IterableDataset):
         return self.loader.state_dict()
 
     def load_state_dict(self, state):
+        """Resumes from :meth:`state_dict` (it reopens the loader: with ``prepare_at_open`` the
+        resumed run's first steps start decoding here). **Collective.**"""
         self.loader.load_state_dict(state)
+        self._prepare_first_steps()
 
     def metrics(self):
         return self.loader.metrics()
@@ -168,5 +185,6 @@ def as_torch(batch):
         "ids": batch.ids,
         "tokens": torch.tensor(batch.tokens, dtype=torch.int64),
         "skipped": batch.skipped,
+        "input_wait_s": batch.input_wait_s,
         "frames": [torch.from_dlpack(batch.tensor(i)) for i in range(len(batch))],
     }
