@@ -211,6 +211,39 @@ fn a_brace_pattern_names_some_shards_and_gets_an_index_of_its_own() {
     assert!(!o.status.success() && err.contains("train-000003.tar"), "{err}");
 }
 
+/// Shards in subfolders (`train/`, `train/more/`) index as the same shards in one folder and
+/// decode to the same bytes; the index names each sample's shard by its path.
+#[test]
+fn shards_in_subfolders_index_and_decode_like_shards_in_one_folder() {
+    let p = pair();
+    let nested = p.loose.join("nested");
+    let names: Vec<String> = std::fs::read_dir(&p.shards)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".tar"))
+        .collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    for (k, name) in names.iter().enumerate() {
+        let folder = if k == 0 { nested.join("train") } else { nested.join("train/more") };
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::copy(p.shards.join(name), folder.join(name)).unwrap();
+    }
+    let report = json_of(common::datahelix().arg("index").arg(&nested).arg("--json"));
+    assert_eq!((report["count"].as_u64(), report["ok"].as_u64()), (Some(13), Some(12)), "{report}");
+    let index = datahelix::index::Index::open(&nested).unwrap();
+    for i in 0..index.len() {
+        let path = index.path(i).unwrap();
+        let member = datahelix::shard::location::MemberPath::parse(path).expect("a member path");
+        assert!(member.shard.starts_with("train/"), "{path}");
+    }
+    let (flat, from_nested) = (decoded(&p.shards), decoded(&nested));
+    assert_eq!(flat.keys().collect::<Vec<_>>(), from_nested.keys().collect::<Vec<_>>());
+    for (id, want) in &flat {
+        assert_eq!(from_nested[id]["sha256"], want["sha256"], "sample {id}");
+        assert_eq!(from_nested[id]["error"].is_null(), want["error"].is_null(), "sample {id}");
+    }
+}
+
 #[test]
 fn a_damaged_tar_header_keeps_the_samples_before_it_and_names_the_shard() {
     let p = pair();

@@ -1,4 +1,5 @@
-//! WebDataset tar shards as a dataset: a folder of `*.tar` files, or a brace pattern of them
+//! WebDataset tar shards as a dataset: a folder of `*.tar` files (in it or its subfolders,
+//! [`list`]), or a brace pattern of them
 //! (`data/train-{000000..000127}.tar`, [`pattern`]), one sample a group of members sharing a key
 //! (`000017.mp4`, `000017.json`, `000017.txt`, `000017.cls`), read in place.
 //!
@@ -62,34 +63,68 @@ pub struct Shard {
     pub bytes: u64,
 }
 
-/// The shards of dataset folder `dir`: its `*.tar` files (not hidden ones, not in subfolders),
-/// sorted by name. Names holding `#` cannot be indexed and are left out with a warning.
+/// How many folders deep below the dataset folder [`list`] looks for shards.
+pub const MAX_DEPTH: usize = 8;
+
+/// The shards of dataset folder `dir`: its `*.tar` files and those of its subfolders (as public
+/// datasets ship them: `train/000000.tar`, `val/000000.tar`), up to [`MAX_DEPTH`] folders
+/// down, sorted by path. Hidden files and folders are left out, and links to folders are not
+/// followed (a link cannot make the walk loop); names holding `#` cannot be indexed and are
+/// left out with a warning, as are subfolders that cannot be read and those too deep.
 pub fn list(dir: &Path) -> std::io::Result<Vec<Shard>> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
+    list_into(dir, "", 0, &mut out)?;
+    out.sort_by(|a, b| a.rel.cmp(&b.rel));
+    Ok(out)
+}
+
+/// The shards of `folder` (`prefix` its path in the dataset folder, `depth` its depth) and of
+/// its subfolders, into `out`.
+fn list_into(folder: &Path, prefix: &str, depth: usize, out: &mut Vec<Shard>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(folder)? {
         let entry = entry?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.starts_with('.') || !name.ends_with(".tar") {
+        if name.starts_with('.') {
             continue;
         }
-        if name.contains('#') {
+        let rel = format!("{prefix}{name}");
+        // The entry itself: a link is a link here, never the folder it points to.
+        if entry.file_type()?.is_dir() {
+            let sub = entry.path();
+            if depth + 1 > MAX_DEPTH {
+                tracing::warn!(
+                    "{}: more than {MAX_DEPTH} folders below the dataset folder; shards there are \
+                     left out (give the folder holding them as the dataset)",
+                    sub.display()
+                );
+            } else if let Err(e) = list_into(&sub, &format!("{rel}/"), depth + 1, out) {
+                tracing::warn!(
+                    "{}: {e}; its shards are left out (make it readable and index again)",
+                    sub.display()
+                );
+            }
+            continue;
+        }
+        if !name.ends_with(".tar") {
+            continue;
+        }
+        if rel.contains('#') {
             tracing::warn!(
-                "{}: a shard name holding '#' cannot be indexed; rename it",
+                "{}: a shard path holding '#' cannot be indexed; rename it",
                 entry.path().display()
             );
             continue;
         }
         match std::fs::metadata(entry.path()) {
-            Ok(meta) if meta.is_file() => out.push(Shard { rel: name.to_owned(), bytes: meta.len() }),
-            Ok(_) => {} // a folder named *.tar
+            Ok(meta) if meta.is_file() => out.push(Shard { rel, bytes: meta.len() }),
+            Ok(_) => {} // a folder named *.tar (through a link)
             // A link to nothing, or a file that cannot be read: listed, so that indexing names
             // it ([`entries`]) instead of the folder seeming to hold no shards.
-            Err(_) => out.push(Shard { rel: name.to_owned(), bytes: 0 }),
+            Err(_) => out.push(Shard { rel, bytes: 0 }),
         }
     }
-    out.sort_by(|a, b| a.rel.cmp(&b.rel));
-    Ok(out)
+    Ok(())
 }
 
 /// The shards a brace pattern names in `folder` ([`pattern::expand`]), in the pattern's order;
@@ -322,6 +357,44 @@ mod tests {
         let m = entries(d, &shards);
         assert_eq!(m.entries.len(), 1, "{:?}", m.errors);
         assert!(m.errors.len() == 1 && m.errors[0].to_string().contains("s1.tar"), "{:?}", m.errors);
+    }
+
+    /// Shards in subfolders are listed by their path, hidden ones and linked folders are not,
+    /// and a `#` in a folder's name leaves its shards out as in a file's.
+    #[test]
+    fn shards_in_subfolders_are_listed_by_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for rel in
+            ["top.tar", "train/a/0.tar", "train/1.tar", "val/0.tar", ".cache/x.tar", "x#y/0.tar", "notes.txt"]
+        {
+            let path = d.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, b"0123").unwrap();
+        }
+        std::os::unix::fs::symlink(d, d.join("train/loop")).unwrap();
+        std::os::unix::fs::symlink(d.join("val/0.tar"), d.join("train/linked.tar")).unwrap();
+        let mut deep = d.join("deep");
+        for _ in 0..MAX_DEPTH {
+            deep = deep.join("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("too-deep.tar"), b"0123").unwrap();
+        std::fs::write(deep.parent().unwrap().join("deep-enough.tar"), b"0123").unwrap();
+        let shards = list(d).unwrap();
+        let deep_enough = format!("deep/{}deep-enough.tar", "d/".repeat(MAX_DEPTH - 1));
+        assert_eq!(
+            shards.iter().map(|s| s.rel.as_str()).collect::<Vec<_>>(),
+            [
+                deep_enough.as_str(),
+                "top.tar",
+                "train/1.tar",
+                "train/a/0.tar",
+                "train/linked.tar",
+                "val/0.tar"
+            ]
+        );
+        assert!(shards.iter().all(|s| s.bytes == 4), "{shards:?}");
     }
 
     #[test]
