@@ -212,7 +212,8 @@ fn a_brace_pattern_names_some_shards_and_gets_an_index_of_its_own() {
 }
 
 /// Shards in subfolders (`train/`, `train/more/`) index as the same shards in one folder and
-/// decode to the same bytes; the index names each sample's shard by its path.
+/// decode to the same bytes; the index names each sample's shard by its path. A brace pattern
+/// may span folders (`{a,b}/s-0.tar`).
 #[test]
 fn shards_in_subfolders_index_and_decode_like_shards_in_one_folder() {
     let p = pair();
@@ -242,6 +243,26 @@ fn shards_in_subfolders_index_and_decode_like_shards_in_one_folder() {
         assert_eq!(from_nested[id]["sha256"], want["sha256"], "sample {id}");
         assert_eq!(from_nested[id]["error"].is_null(), want["error"].is_null(), "sample {id}");
     }
+
+    let split = p.loose.join("split");
+    let mut sorted = names.clone();
+    sorted.sort();
+    for (folder, name) in [("a", &sorted[0]), ("b", &sorted[1])] {
+        std::fs::create_dir_all(split.join(folder)).unwrap();
+        std::fs::copy(p.shards.join(name), split.join(folder).join("s-0.tar")).unwrap();
+    }
+    let pattern = split.join("{a,b}/s-0.tar");
+    let report = json_of(common::datahelix().arg("index").arg(&pattern).arg("--json"));
+    assert_eq!(report["count"], 10, "{report}");
+    let some = decoded(&pattern);
+    assert_eq!(some.len(), 10);
+    for (id, s) in &some {
+        assert_eq!(s["sha256"], flat[id]["sha256"], "sample {id}");
+    }
+    // A pattern may not climb out of its folder.
+    let o = common::run(common::datahelix().arg("index").arg(split.join("{a,b}/../a/s-0.tar")));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("stay inside"), "{err}");
 }
 
 #[test]

@@ -133,9 +133,12 @@ pub fn list_pattern(folder: &Path, pattern: &str) -> Result<Vec<Shard>, String> 
     let names = pattern::expand(pattern)?;
     let mut out = Vec::with_capacity(names.len());
     for name in names {
-        if name.contains('#') || !name.ends_with(".tar") {
+        // Names stay beneath the folder: no empty, `.` or `..` component.
+        let beneath = name.split('/').all(|c| !matches!(c, "" | "." | ".."));
+        if name.contains('#') || !name.ends_with(".tar") || !beneath {
             return Err(format!(
-                "{pattern}: {name} is not a shard name (it must end in .tar and hold no '#')"
+                "{pattern}: {name} is not a shard name (it must end in .tar, hold no '#' and stay inside \
+                 the folder: no '.', '..' or empty components)"
             ));
         }
         let path = folder.join(&name);

@@ -8,27 +8,43 @@
 //! let (folder, pattern) = split(std::path::Path::new("data/wds/train-{000000..000003}.tar")).unwrap();
 //! assert_eq!((folder.to_str().unwrap(), pattern.as_str()), ("data/wds", "train-{000000..000003}.tar"));
 //! assert!(split(std::path::Path::new("data/wds")).is_none());
+//! // Braces in folders too: the pattern starts at the first component holding a group.
+//! let (folder, pattern) = split(std::path::Path::new("data/wds/{train,val}/{0..1}.tar")).unwrap();
+//! assert_eq!((folder.to_str().unwrap(), pattern.as_str()), ("data/wds", "{train,val}/{0..1}.tar"));
+//! assert_eq!(expand(&pattern).unwrap(), ["train/0.tar", "train/1.tar", "val/0.tar", "val/1.tar"]);
 //! ```
 //!
 //! A range `{A..B}` counts from A to B (either way), each number as wide as the wider of A and B
 //! when either is written with a leading zero; a list `{x,y}` takes each; several groups make
-//! every combination, in order. Patterns name files of one folder: the braces are in the path's
-//! last component.
+//! every combination, in order. A pattern starts at the first component of the path holding a
+//! brace group and may span folders (`{train,val}/shard-{0..9}.tar`); a folder whose name merely
+//! holds braces (`clips{2024}`) is a plain folder unless the path's last component is a pattern.
 
 use std::path::{Path, PathBuf};
 
 /// The most names one pattern may expand to.
 pub const MAX_NAMES: usize = 1_000_000;
 
-/// The folder and the pattern of a data path whose last component holds a brace group; `None`
-/// for a plain path (a dataset folder).
+/// The folder and the pattern of a data path that names shards by a brace pattern; `None` for a
+/// plain path (a dataset folder). The pattern starts at the first component holding a brace
+/// group where what follows expands ([`expand`]); else a last component holding one is the
+/// pattern (and [`expand`] says what is wrong with it).
 pub fn split(path: &Path) -> Option<(PathBuf, String)> {
-    let name = path.file_name()?.to_str()?;
-    let open = name.find('{')?;
-    name[open..].contains('}').then(|| {
-        let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        (folder.to_path_buf(), name.to_owned())
-    })
+    let parts: Vec<&str> = path.iter().map(|c| c.to_str()).collect::<Option<_>>()?;
+    let has_group = |c: &str| c.find('{').is_some_and(|open| c[open..].contains('}'));
+    let at = |k: usize| {
+        let folder: PathBuf = parts[..k].iter().collect();
+        let folder = if folder.as_os_str().is_empty() { PathBuf::from(".") } else { folder };
+        (folder, parts[k..].join("/"))
+    };
+    let last = parts.len().checked_sub(1)?;
+    for k in (0..last).filter(|&k| has_group(parts[k])) {
+        let (folder, pattern) = at(k);
+        if expand(&pattern).is_ok() {
+            return Some((folder, pattern));
+        }
+    }
+    has_group(parts[last]).then(|| at(last))
 }
 
 /// The names `pattern` stands for, in order; an error saying why for a malformed pattern or one
@@ -90,5 +106,20 @@ mod tests {
         assert_eq!(expand("a.tar").unwrap(), ["a.tar"]);
         assert_eq!(expand("{3..1}").unwrap(), ["3", "2", "1"]);
         assert_eq!(expand("{0..10}").unwrap().last().unwrap(), "10");
+    }
+
+    #[test]
+    fn a_pattern_starts_at_its_first_component_with_a_group() {
+        let split = |p: &str| split(Path::new(p)).map(|(f, p)| (f.to_str().unwrap().to_owned(), p));
+        let pair = |f: &str, p: &str| Some((f.to_owned(), p.to_owned()));
+        assert_eq!(split("d/s-{0..3}.tar"), pair("d", "s-{0..3}.tar"));
+        assert_eq!(split("s-{0..3}.tar"), pair(".", "s-{0..3}.tar"));
+        assert_eq!(split("/d/{a,b}/s-{0..3}.tar"), pair("/d", "{a,b}/s-{0..3}.tar"));
+        assert_eq!(split("{a,b}/s.tar"), pair(".", "{a,b}/s.tar"));
+        // A folder named with braces is a folder; a malformed last component is still a pattern.
+        assert_eq!(split("d/clips{2024}/s-{0..1}.tar"), pair("d/clips{2024}", "s-{0..1}.tar"));
+        assert_eq!(split("d/clips{2024}"), pair("d", "clips{2024}"));
+        assert_eq!(split("d/clips{2024}/x"), None);
+        assert_eq!(split("d/wds"), None);
     }
 }
