@@ -4,7 +4,7 @@
 //! start), so one value can serve every engine of a simulated cluster: the first engine to file a
 //! round's records updates it, the others find it updated (rounds are numbered).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -107,11 +107,15 @@ impl AgreedConfig {
 /// The samples that failed so far, against the samples planned ([`Agreed::skip_budget`]), with
 /// what of both belongs to the steps not yet delivered, so that a loader state counts the steps
 /// before its next one only ([`Agreed::skips_before`]): a resumed run plans and decodes the others
-/// again.
+/// again. A sample counts once per step, however many of its pieces failed (a split sample's
+/// pieces decode on several ranks, and each rank reports the pieces it failed).
 #[derive(Clone, Debug, Default)]
 struct SkipTally {
     /// Samples failed (index-bad ones at planning, decode failures from the gathered records).
     failed: u64,
+    /// The failures counted, as (step, id), of the steps from [`FAILURES_KEPT_STEPS`] before
+    /// the one in training on: a piece's failure told again is not counted again.
+    counted: HashSet<(u64, u64)>,
     /// Samples of every planned global batch.
     planned: u64,
     /// The first [`NAMED_SKIPS`] failures, named in the budget's error (a resumed run's carry
@@ -127,6 +131,12 @@ struct SkipTally {
 /// Failed samples the skip budget's error names (and a loader state keeps).
 pub const NAMED_SKIPS: usize = 20;
 
+/// Steps before the one in training whose counted failures a tally keeps, to count a sample
+/// whose pieces failed on several ranks once: a record tells at most
+/// [`MAX_SKIPS`](crate::plan::record::MAX_SKIPS) failures a round, so a step's failures may
+/// trickle in over several rounds. A piece told later still than this counts again.
+pub const FAILURES_KEPT_STEPS: u64 = 64;
+
 impl SkipTally {
     fn note_planned(&mut self, step: u64, samples: u64) {
         self.planned += samples;
@@ -136,6 +146,9 @@ impl SkipTally {
     }
 
     fn note_failed(&mut self, f: FailedSample) {
+        if !self.counted.insert((f.step, f.id)) {
+            return; // another piece of a sample counted already
+        }
         self.failed += 1;
         if self.named.len() < NAMED_SKIPS {
             self.named.push(f);
@@ -148,6 +161,8 @@ impl SkipTally {
     fn note_training(&mut self, s: u64) {
         self.training = self.training.max(s);
         self.recent.retain(|&t, _| t >= s);
+        let kept_from = self.training.saturating_sub(FAILURES_KEPT_STEPS);
+        self.counted.retain(|&(t, _)| t >= kept_from);
     }
 
     fn before(&self, s: u64) -> SkipCount {
@@ -181,7 +196,8 @@ impl SkipCount {
     }
 
     /// `Ok` when the count is one a run could have kept; else what is wrong with it. (Failures
-    /// may outnumber the samples planned: each failed piece of a split sample counts.)
+    /// may outnumber the samples planned: earlier builds counted each failed piece of a split
+    /// sample, and a piece told over [`FAILURES_KEPT_STEPS`] steps late still counts again.)
     pub fn check(&self) -> Result<(), String> {
         if self.ids.len() > NAMED_SKIPS || self.ids.len() as u64 > self.failed {
             return Err(format!("{} failed ids for {} failed samples", self.ids.len(), self.failed));
@@ -1067,6 +1083,23 @@ mod tests {
         assert_eq!(t.recent.keys().copied().collect::<Vec<_>>(), [2, 3]);
         // The budget judges them all.
         assert_eq!((t.planned, t.failed), (16, 4));
+    }
+
+    #[test]
+    fn a_sample_whose_pieces_failed_on_several_ranks_counts_once_a_step() {
+        let mut t = SkipTally::default();
+        t.note_planned(0, 4);
+        t.note_planned(1, 4);
+        t.note_failed(failed(0, 7));
+        t.note_failed(failed(0, 7)); // its other piece, from another rank's record
+        t.note_failed(failed(1, 7)); // the same sample in another step (another epoch)
+        assert_eq!(t.before(2), SkipCount { planned: 8, failed: 2, ids: vec![7, 7] });
+        // A piece told after the tally stopped keeping its step counts again.
+        t.note_training(FAILURES_KEPT_STEPS + 1);
+        t.note_failed(failed(0, 7));
+        assert_eq!(t.failed, 3);
+        t.note_failed(failed(1, 7));
+        assert_eq!(t.failed, 3);
     }
 
     #[test]
