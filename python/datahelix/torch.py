@@ -38,9 +38,10 @@ The step driver runs on the training thread, from hooks around the user's step:
 A loader decodes nothing before it is asked: to have the first batch decoded while the job still
 loads its checkpoint or compiles its model, pass ``prepare_at_open=True``; the first steps are then
 planned and start decoding as ``data`` is made, and again as ``data.load_state_dict`` reopens it,
-so make ``data`` (and load its state) first, then load the model. To resume, passing the state
-as the ``resume_file=`` (a path) or ``resume=`` (its JSON text) setting opens the loader once,
-where ``load_state_dict`` stops the decoding begun at open and starts over.
+so make ``data`` right after building the model (its hooks need the module) and before loading
+its checkpoint or compiling it. To resume, the state passed as the ``resume_file=`` (a path) or
+``resume=`` (its JSON text) setting opens the loader once, where ``load_state_dict`` stops the
+decoding begun at open and starts over.
 
 Every rank runs the same hooks in the same order: they are collective, like the loader. Use it
 directly (``for batch in data``) or in ``torch.utils.data.DataLoader(data, batch_size=None)``
