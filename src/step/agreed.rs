@@ -113,9 +113,9 @@ impl AgreedConfig {
 struct SkipTally {
     /// Samples failed (index-bad ones at planning, decode failures from the gathered records).
     failed: u64,
-    /// The failures counted, as (step, id), of the steps from [`FAILURES_KEPT_STEPS`] before
-    /// the one in training on: a piece's failure told again is not counted again.
-    counted: HashSet<(u64, u64)>,
+    /// The ids of the failures counted, by step, from [`FAILURES_KEPT_STEPS`] steps before the
+    /// one in training on: a piece's failure told again is not counted again.
+    counted: BTreeMap<u64, HashSet<u64>>,
     /// Samples of every planned global batch.
     planned: u64,
     /// The first [`NAMED_SKIPS`] failures, named in the budget's error (a resumed run's carry
@@ -146,7 +146,7 @@ impl SkipTally {
     }
 
     fn note_failed(&mut self, f: FailedSample) {
-        if !self.counted.insert((f.step, f.id)) {
+        if !self.counted.entry(f.step).or_default().insert(f.id) {
             return; // another piece of a sample counted already
         }
         self.failed += 1;
@@ -162,7 +162,7 @@ impl SkipTally {
         self.training = self.training.max(s);
         self.recent.retain(|&t, _| t >= s);
         let kept_from = self.training.saturating_sub(FAILURES_KEPT_STEPS);
-        self.counted.retain(|&(t, _)| t >= kept_from);
+        self.counted = self.counted.split_off(&kept_from);
     }
 
     fn before(&self, s: u64) -> SkipCount {
