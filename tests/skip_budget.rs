@@ -120,3 +120,45 @@ fn a_resumed_run_ends_where_the_run_it_continues_would_have() {
         eprintln!("{policy}: both ended at {ended:?}");
     }
 }
+
+/// A sample split into pieces on several ranks (`--split-above 0`) whose file cannot be decoded
+/// counts once a step, not once a piece: the loader state's count stays within the samples that
+/// failed. The tiny dataset's MP4s are garbled past their first bytes with their size and
+/// modification time kept, so the index still trusts them and every piece fails to open (each
+/// rank reported its own pieces, and the count of 8 steps was 26 for 15 failed samples).
+#[test]
+fn a_split_sample_that_fails_counts_once_a_step() {
+    let data = common::copy_dataset(&common::tiny_dataset());
+    let o = common::run(Command::new(env!("CARGO_BIN_EXE_datahelix")).arg("index").arg(data.path()));
+    assert!(o.status.success());
+    let files = media(data.path());
+    let bad: Vec<_> = files.iter().filter(|f| f.extension().is_some_and(|e| e == "mp4")).collect();
+    assert!(bad.len() >= 2, "{files:?}");
+    for file in &bad {
+        let modified = std::fs::metadata(file).unwrap().modified().unwrap();
+        let mut bytes = std::fs::read(file).unwrap();
+        for b in &mut bytes[64..] {
+            *b = b.wrapping_mul(7).wrapping_add(13);
+        }
+        std::fs::write(file, &bytes).unwrap();
+        std::fs::File::options().write(true).open(file).unwrap().set_modified(modified).unwrap();
+    }
+    let out = tempfile::tempdir().unwrap();
+    let state = out.path().join("state.json");
+    let extra = ["--split-above", "0", "--max-skip-rate", "1", "--save-state", state.to_str().unwrap()];
+    let (steps, batch, samples) = (8u64, 4u64, files.len() as u64);
+    let common::TrainRun { ok, text, .. } = common::train_2_ranks(data.path(), "helix", steps, &extra, &[]);
+    assert!(ok, "{text}");
+    assert!(!text.contains("changed since indexing"), "the garbled files were re-probed:\n{text}");
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    let failed = s["skips"]["failed"].as_u64().unwrap();
+    // Every bad sample fails each time it is planned; the steps before the last two (told by
+    // the end) hold whole epochs, and no count may pass the epochs begun.
+    let told = (steps - 2) * batch / samples * bad.len() as u64;
+    let begun = (steps * batch).div_ceil(samples) * bad.len() as u64;
+    assert!(
+        (told..=begun).contains(&failed),
+        "{failed} failures counted, {told} to {begun} expected: {}",
+        s["skips"]
+    );
+}
