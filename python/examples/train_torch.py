@@ -27,14 +27,15 @@ def main(data, steps, checkpoints):
     rank, size = dht.init_process_group("gloo")  # rank and size from mpirun
     model = torch.nn.parallel.DistributedDataParallel(Net())
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    loader = dht.DataHelix(data, model=model, optimizer=opt,  # the hooks drive the loader
-                           policy="helix", global_batch=8, workers=2, steps=steps, seed=1)
     ckpt = os.path.join(checkpoints, f"ckpt-{rank}.pt")
-    if os.path.exists(ckpt):  # resume: every rank loads its checkpoint (collective)
-        state = torch.load(ckpt)
+    state = torch.load(ckpt) if os.path.exists(ckpt) else None  # resume: every rank has its own
+    loader = dht.DataHelix(data, model=model, optimizer=opt,  # the hooks drive the loader
+                           policy="helix", global_batch=8, workers=2, steps=steps, seed=1,
+                           resume=state["loader"] if state else None,  # where it stopped
+                           prepare_at_open=True)  # decode the first steps while the model loads
+    if state:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
-        loader.load_state_dict(state["loader"])
     for batch in loader:  # this rank's part of each global batch
         clips = batch["frames"]
         if clips:
