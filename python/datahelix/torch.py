@@ -39,9 +39,9 @@ A loader decodes nothing before it is asked: to have the first batch decoded whi
 loads its checkpoint or compiles its model, pass ``prepare_at_open=True``; the first steps are then
 planned and start decoding as ``data`` is made, and again as ``data.load_state_dict`` reopens it,
 so make ``data`` right after building the model (its hooks need the module) and before loading
-its checkpoint or compiling it. To resume, the state passed as the ``resume_file=`` (a path) or
-``resume=`` (its JSON text) setting opens the loader once, where ``load_state_dict`` stops the
-decoding begun at open and starts over.
+its checkpoint or compiling it. To resume, pass the saved state as the ``resume=`` setting (the
+state, or its JSON text; ``resume_file=`` takes a path): the loader opens once, where
+``load_state_dict`` stops the decoding begun at open and starts over.
 
 Every rank runs the same hooks in the same order: they are collective, like the loader. Use it
 directly (``for batch in data``) or in ``torch.utils.data.DataLoader(data, batch_size=None)``
@@ -99,7 +99,8 @@ class DataHelix(torch.utils.data.IterableDataset):
                  **settings):
         super().__init__()
         self.loader = Loader(data, **settings)
-        self._prepare_at_open = prepare_at_open
+        self._prepare_at_open = _on(prepare_at_open)
+        self._prepare_first_steps()  # before the hooks: a failure here leaves none on the model
         self._synchronize = synchronize
         self._delivered_at = None   # when the unreported step's batch was handed over
         self._prepared = True       # whether that step's prepare_ahead ran
@@ -111,7 +112,6 @@ class DataHelix(torch.utils.data.IterableDataset):
                 self._hooks.append(model.register_forward_hook(self._prepare))
         if optimizer is not None:
             self._hooks.append(optimizer.register_step_post_hook(self._after_optimizer_step))
-        self._prepare_first_steps()
 
     def _prepare_first_steps(self):
         """With ``prepare_at_open``: plan the first steps and start decoding them now, before
