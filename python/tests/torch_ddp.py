@@ -105,7 +105,7 @@ def main():
     assert all(isinstance(w, float) and 0.0 <= w < 60.0 for w in waits), waits
     if args.prepare_at_open:
         # Planned and decoded during the set-up: the first batch only had to be collected
-        # (3.8-7.7 ms here, debug build; 58.6-130 ms without prepare_at_open).
+        # (1.2-1.4 ms on the slower rank here, debug build; 75.7-88.9 ms without prepare_at_open).
         assert waits[0] < 0.05, f"the first batch waited {waits[0] * 1e3:.1f} ms after a 2 s set-up"
     # DLPack shares the batch's memory: a torch tensor and the numpy view are the same bytes.
     with dht.Loader(args.data, global_batch=4, workers=2, steps=1, seed=3, cpu_budget=False) as loader:
