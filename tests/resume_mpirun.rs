@@ -225,6 +225,39 @@ fn a_resumed_run_plans_with_what_the_run_before_learned() {
     );
 }
 
+/// A replica group's state is its leader's, with what the policy learned and the skip count
+/// (every rank's is the same document: `tests/own_comm.rs`); a run resumed from it, in replica
+/// groups or not, plans with those models and delivers the uninterrupted run's global batches.
+/// (Until replica states carried them, such a run resumed from the priors and counted from 0.)
+#[test]
+fn a_replica_groups_state_carries_what_its_leaders_learned() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("replicas.json");
+    let path = state.to_str().unwrap();
+    train_ok(4, "helix", &["--steps", "4", "--replica-ranks", "2", "--save-state", path]);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(doc["next_step"], 4);
+    assert_eq!(doc["skips"]["planned"], 4 * GLOBAL_BATCH as u64, "{}", doc["skips"]);
+    let codecs: Vec<&str> = (doc["learned"]["decode"].as_array())
+        .unwrap_or_else(|| panic!("no decode models in the replica group's state: {doc}"))
+        .iter()
+        .map(|f| f["codec"].as_str().unwrap())
+        .collect();
+    assert!(codecs.contains(&"h264"), "no H.264 decode model in {codecs:?}");
+    let sampler = Sampler::new(&common::manifest_ids(&dataset()), 0);
+    for replicas in ["2", "1"] {
+        let resumed = train_ok(4, "helix", &["--steps", "6", "--replica-ranks", replicas, "--resume", path]);
+        assert_eq!(resumed["params"]["resumed_models"], "restored", "replica groups of {replicas}");
+        let got = batches(&resumed);
+        assert_eq!(got.keys().copied().collect::<Vec<_>>(), [4, 5], "replica groups of {replicas}");
+        for (step, (ids, _)) in got {
+            let mut want = sampler.global_batch(step, GLOBAL_BATCH);
+            want.sort_unstable();
+            assert_eq!(ids, want, "replica groups of {replicas}: step {step}");
+        }
+    }
+}
+
 fn refused(args: &[&str], expect: &str) {
     let out = tempfile::NamedTempFile::new().unwrap();
     std::fs::remove_file(out.path()).unwrap();

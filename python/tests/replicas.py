@@ -52,8 +52,12 @@ def check(args):
         assert mine["samples"] == args.global_batch, mine
         assert mine == theirs, f"step {mine['step']}: the replicas' batches differ"
     assert ranks[0]["state"] == ranks[1]["state"], "the replicas' states differ"
-    assert ranks[0]["state"]["next_step"] == args.steps, ranks[0]["state"]
-    print(f"replicas: {args.steps} steps, byte-identical batches and states on both ranks")
+    state = ranks[0]["state"]
+    assert state["next_step"] == args.steps, state
+    # The leader's state, with what it learned and counted, on both ranks.
+    assert state["skips"]["planned"] == args.steps * args.global_batch, state.get("skips")
+    assert state.get("learned", {}).get("decode"), f"no decode model in the group's state: {state}"
+    print(f"replicas: {args.steps} steps, byte-identical batches and states (with the leader's models) on both ranks")
 
 
 def main():

@@ -26,14 +26,14 @@
 //! checked before use, and the tensors' sizes before anything is allocated for them. An
 //! error on the leader reaches its followers as an error naming it instead of a hang. Every
 //! rank can say where the run stands
-//! ([`ReplicaLoader::state`]: the leader's state, sent to its followers when the group opens and
-//! advanced with each batch), and a run resumes from it ([`ReplicaLoader::resume`]) with the
-//! same or another world size and group size.
+//! ([`ReplicaLoader::state`]: the leader's state, with what its policy learned and its skip
+//! count, sent to its followers when the group opens and with each batch), and a run resumes
+//! from it ([`ReplicaLoader::resume`]) with the same or another world size and group size.
 
 use std::time::Instant;
 
 use super::loader::{Accelerator, Batch, ExecError, Loader, LoaderConfig, Sample, TensorData, WorldRef};
-use super::state::{DatasetId, LoaderState};
+use super::state::LoaderState;
 use crate::collective::Collective;
 use crate::comm::mpi::{InitError, MpiWorld};
 
@@ -55,8 +55,9 @@ pub struct ReplicaLoader<'w> {
     leader: Option<Loader<'w>>,
     /// A follower's index and lookup of its samples' metadata (the leader's loader has its own).
     meta: Option<(crate::index::Index, super::sample_meta::SampleMeta)>,
-    /// A follower's copy of its leader's state, as of the last batch received.
-    follower_state: Option<LoaderState>,
+    /// The group's state ([`ReplicaLoader::state`]): its leader's, as of the group's last
+    /// batch (or its opening), the same document on every rank of the group.
+    shared: LoaderState,
     /// The most bytes a batch from the leader may announce ([`batch_bound`]).
     max_batch_bytes: u64,
     /// The most tensors a leader may send ahead at once: the global batch.
@@ -275,11 +276,11 @@ impl<'w> ReplicaLoader<'w> {
                 "rank {r} of this replica group could not open its loader (its error says why)"
             )));
         }
-        let follower_state = share_state(&group, leader.as_ref().map(|l| group_state(l.state())))?;
+        let shared = share_state(&group, leader.as_ref().map(Loader::state))?;
         Ok(ReplicaLoader {
             leader,
             meta,
-            follower_state,
+            shared,
             max_batch_bytes,
             max_ahead: cfg_global_batch,
             sent_ahead: Vec::new(),
@@ -290,15 +291,12 @@ impl<'w> ReplicaLoader<'w> {
     }
 
     /// Where the run stands, the same document on every rank of the group: the leader's
-    /// [`Loader::state`] without what its policy learned and its skip budget's count (replica
-    /// groups resume from the priors and count failed samples from zero); a follower's copy of
-    /// it, advanced to the step after the last batch it received. Not collective.
+    /// [`Loader::state`] — with what its policy learned and its skip budget's count — as it was
+    /// when it sent the group's last batch (or opened the group), which every batch carries to
+    /// the followers. A run resumed from any rank's state plans with the models and counts on
+    /// from the count the leaders had. Not collective.
     pub fn state(&self) -> LoaderState {
-        match (&self.leader, &self.follower_state) {
-            (Some(loader), _) => group_state(loader.state()),
-            (None, Some(state)) => state.clone(),
-            (None, None) => unreachable!("a follower keeps its leader's state from the start"),
-        }
+        self.shared.clone()
     }
 
     /// Bytes of the tensors delivered so far in this group's batches: `[sent ahead, sent with
@@ -347,13 +345,17 @@ impl<'w> ReplicaLoader<'w> {
                     (batch, ahead)
                 });
                 let table = got.as_ref().ok().map(|(batch, ahead)| encode_table(batch, ahead));
+                // Where the run now stands, with the batch: the followers' state moves on too.
+                let state = got.is_ok().then(|| loader.state());
+                let note = state.as_ref().map(|s| s.to_json().into_bytes()).unwrap_or_default();
                 let mut len = table.as_ref().map_or(FAILED, |t| t.len() as u64);
                 if super::fault::replica_oversized("replica-oversized", loader.world().rank()) {
                     len = 1 << 50;
                 }
-                let mut len = len.to_le_bytes();
-                g.broadcast(0, &mut len)?;
+                let mut lens = [len, note.len() as u64].map(u64::to_le_bytes).concat();
+                g.broadcast(0, &mut lens)?;
                 if let (Some(mut table), Ok((batch, ahead))) = (table, got.as_mut()) {
+                    table.extend_from_slice(&note);
                     g.broadcast(0, &mut table)?;
                     for (sample, ahead) in batch.samples.iter_mut().zip(ahead.iter()) {
                         self.delivered_bytes[usize::from(ahead.is_none())] += sample.data.len() as u64;
@@ -361,6 +363,9 @@ impl<'w> ReplicaLoader<'w> {
                             g.broadcast(0, &mut sample.data)?;
                         }
                     }
+                }
+                if let Some(state) = state {
+                    self.shared = state;
                 }
                 // The caller waited for the broadcast too.
                 got.map(|(mut batch, _)| {
@@ -371,14 +376,12 @@ impl<'w> ReplicaLoader<'w> {
             None => {
                 let asked = Instant::now();
                 let got_ahead = std::mem::take(&mut self.got_ahead);
-                let (mut batch, bytes) = self.receive_batch(got_ahead)?;
+                let (mut batch, bytes, state) = self.receive_batch(got_ahead)?;
                 self.delivered_bytes = [0, 1].map(|k| self.delivered_bytes[k] + bytes[k]);
                 if let Some((index, meta)) = &self.meta {
                     meta.fill(index, &mut batch.samples);
                 }
-                if let Some(state) = &mut self.follower_state {
-                    *state = advanced(state, batch.step.saturating_add(1));
-                }
+                self.shared = state;
                 // This rank's own wait (for its leader's batch and the broadcast), not the
                 // leader's, which the header carried.
                 batch.input_wait_s = asked.elapsed().as_secs_f64();
@@ -387,14 +390,17 @@ impl<'w> ReplicaLoader<'w> {
         }
     }
 
-    /// A follower's part of [`ReplicaLoader::next_batch`]: the table, then each tensor not
-    /// among `got_ahead` (the tensors received ahead for this step); and the batch's tensor
-    /// bytes [received ahead, received with it].
-    fn receive_batch(&self, mut got_ahead: Vec<Option<Vec<u8>>>) -> Result<(Batch, [u64; 2]), ExecError> {
+    /// A follower's part of [`ReplicaLoader::next_batch`]: the table and the group's state,
+    /// then each tensor not among `got_ahead` (the tensors received ahead for this step); and
+    /// the batch's tensor bytes [received ahead, received with it].
+    fn receive_batch(
+        &self,
+        mut got_ahead: Vec<Option<Vec<u8>>>,
+    ) -> Result<(Batch, [u64; 2], LoaderState), ExecError> {
         let g = self.group.get();
-        let mut len = [0u8; 8];
-        g.broadcast(0, &mut len)?;
-        let len = u64::from_le_bytes(len);
+        let mut lens = [0u8; 16];
+        g.broadcast(0, &mut lens)?;
+        let (len, state_len) = (u64_at(&lens, 0), u64_at(&lens, 8));
         if len == FAILED {
             return Err(ExecError::Invalid(
                 "the replica group's rank 0 failed to load the batch (its error says why)".into(),
@@ -414,13 +420,24 @@ impl<'w> ReplicaLoader<'w> {
                 ),
             ));
         }
+        if state_len > MAX_STATE_BYTES {
+            return Err(refuse(
+                &self.group,
+                format!(
+                    "the replica group's rank 0 announced a loader state of {state_len} bytes with its batch \
+                     (at most {MAX_STATE_BYTES})"
+                ),
+            ));
+        }
         let len = usize::try_from(len)
             .map_err(|_| refuse(&self.group, format!("the replica group's rank 0 announced {len} bytes")))?;
-        let mut table = vec![0u8; len];
+        let mut table = vec![0u8; len + state_len as usize];
         g.broadcast(0, &mut table)?;
         let (mut batch, ahead) =
-            decode_table(&table, self.max_batch_bytes).map_err(|why| refuse(&self.group, why))?;
-        let expected = self.follower_state.as_ref().map(|s| s.next_step);
+            decode_table(&table[..len], self.max_batch_bytes).map_err(|why| refuse(&self.group, why))?;
+        let state =
+            follow(&self.shared, &table[len..], batch.step).map_err(|why| refuse(&self.group, why))?;
+        let expected = self.shared.next_step;
         let mut bytes = [0u64; 2];
         for (k, (sample, ahead)) in batch.samples.iter_mut().zip(ahead).enumerate() {
             let len: usize = sample.shape.iter().product();
@@ -435,7 +452,7 @@ impl<'w> ReplicaLoader<'w> {
                     // Sent ahead for the step this rank expects next, once, at this length.
                     let taken =
                         usize::try_from(j).ok().and_then(|j| got_ahead.get_mut(j)).and_then(Option::take);
-                    let fits = taken.filter(|d| d.len() == len && expected == Some(batch.step));
+                    let fits = taken.filter(|d| d.len() == len && expected == batch.step);
                     fits.ok_or_else(|| {
                         refuse(
                             &self.group,
@@ -450,7 +467,7 @@ impl<'w> ReplicaLoader<'w> {
             };
             sample.data = TensorData::Owned(data);
         }
-        Ok((batch, bytes))
+        Ok((batch, bytes, state))
     }
 
     /// A leader's sending ahead: the next step's tensors it holds whole and has not sent yet
@@ -503,16 +520,15 @@ impl<'w> ReplicaLoader<'w> {
         if count == 0 {
             return Ok(());
         }
-        let expected = self.follower_state.as_ref().map(|s| s.next_step);
-        if count > self.max_ahead || expected != Some(step) {
+        let expected = self.shared.next_step;
+        if count > self.max_ahead || expected != step {
             return Err(refuse(
                 &self.group,
                 format!(
                     "the replica group's rank 0 sends {count} tensors ahead for step {step}, where this rank \
                      expects at most {} for step {}; is every rank of the group running the same build and \
                      settings?",
-                    self.max_ahead,
-                    expected.unwrap_or(0)
+                    self.max_ahead, expected
                 ),
             ));
         }
@@ -599,7 +615,7 @@ impl<'w> ReplicaLoader<'w> {
                 self.receive_ahead()?;
                 self.receive_ahead()?;
                 accel.wait().map(|_| ()).map_err(|e| {
-                    let step = self.follower_state.as_ref().map_or(0, |s| s.next_step.saturating_sub(1));
+                    let step = self.shared.next_step.saturating_sub(1);
                     ExecError::Invalid(format!("the accelerator's step {step} failed: {e}"))
                 })
             }
@@ -635,16 +651,15 @@ fn refuse(group: &WorldRef<'_>, why: String) -> ExecError {
 }
 
 /// Sends the leader's loader state (`Some` exactly there) to its followers, which check it and
-/// keep it: `None` on the leader, the state elsewhere. Collective over `group`.
-fn share_state(world: &WorldRef<'_>, mine: Option<LoaderState>) -> Result<Option<LoaderState>, ExecError> {
+/// keep it: the group's state on every rank. Collective over `group`.
+fn share_state(world: &WorldRef<'_>, mine: Option<LoaderState>) -> Result<LoaderState, ExecError> {
     let group = world.get();
-    let leads = mine.is_some();
-    let mut wire = mine.map(|s| s.to_json().into_bytes()).unwrap_or_default();
+    let mut wire = mine.as_ref().map(|s| s.to_json().into_bytes()).unwrap_or_default();
     let mut len = (wire.len() as u64).to_le_bytes();
     group.broadcast(0, &mut len)?;
-    if leads {
+    if let Some(state) = mine {
         group.broadcast(0, &mut wire)?;
-        return Ok(None);
+        return Ok(state);
     }
     let len = u64::from_le_bytes(len);
     if len == 0 || len > MAX_STATE_BYTES {
@@ -660,24 +675,25 @@ fn share_state(world: &WorldRef<'_>, mine: Option<LoaderState>) -> Result<Option
         refuse(world, "the replica group's rank 0 sent a loader state that is not UTF-8".into())
     })?;
     LoaderState::from_json(&text)
-        .map(Some)
         .map_err(|e| refuse(world, format!("the replica group's rank 0 sent a bad loader state: {e}")))
 }
 
-/// `state` moved on to `next_step`.
-/// A leader's state as its whole group has it: without the learned models and the skip count,
-/// which only the leader keeps, so that any rank's state is the same document.
-fn group_state(leader: LoaderState) -> LoaderState {
-    leader.with_learned(None).with_skips(None)
-}
-
-fn advanced(state: &LoaderState, next_step: u64) -> LoaderState {
-    let dataset = DatasetId {
-        samples: state.samples,
-        manifest_sha256: state.manifest_sha256.clone(),
-        index_sha256: state.index_sha256.clone(),
-    };
-    LoaderState::new(state.seed, next_step, &state.policy, state.global_batch, dataset)
+/// The state the group's batch of `step` carried (`text`), checked against the group's state
+/// so far (`shared`): a state of the same run — seed, global batch, dataset, sampler and policy
+/// — whose next step is the one after `step`.
+fn follow(shared: &LoaderState, text: &[u8], step: u64) -> Result<LoaderState, String> {
+    let why = |e: String| format!("the loader state sent with the batch of step {step} {e}");
+    let text = std::str::from_utf8(text).map_err(|_| why("is not UTF-8".into()))?;
+    let sent = LoaderState::from_json(text).map_err(|e| why(format!("is refused: {e}")))?;
+    sent.check_against(shared.seed, shared.global_batch, &shared.dataset())
+        .map_err(|e| why(format!("belongs to another run: {e}")))?;
+    if sent.policy != shared.policy || Some(sent.next_step) != step.checked_add(1) {
+        return Err(why(format!(
+            "says policy {} and next step {}, where the group runs {} and is at step {step}",
+            sent.policy, sent.next_step, shared.policy
+        )));
+    }
+    Ok(sent)
 }
 
 #[cfg(test)]
@@ -747,17 +763,30 @@ mod tests {
         assert_eq!(batch_bound(&cfg), (HEAD + 3 * (ENTRY + 8 + 2 * (784 * 3 + 8))) as u64);
     }
 
-    /// A follower's state moves on with each batch and stays a document the loader accepts.
+    /// A follower takes the state its leader sent with a batch only if it is a valid document
+    /// of the same run, at the step after that batch, with what the leader learned intact.
     #[test]
-    fn a_followers_state_advances_and_stays_valid() {
+    fn a_followers_state_is_its_leaders_checked() {
+        use crate::exec::state::DatasetId;
         let dataset =
             DatasetId { samples: 96, manifest_sha256: "ab".repeat(32), index_sha256: "cd".repeat(32) };
-        let start = LoaderState::new(7, 3, "helix", 16, dataset.clone());
-        let later = advanced(&start, 10);
-        assert_eq!(later, LoaderState::new(7, 10, "helix", 16, dataset.clone()));
-        assert_eq!((later.next_step, later.epoch), (10, 1), "160 positions into 96 samples: epoch 1");
-        assert_eq!(LoaderState::from_json(&later.to_json()).unwrap(), later);
-        assert!(later.check_against(7, 16, &dataset).is_ok());
+        let shared = LoaderState::new(7, 3, "helix", 16, dataset.clone());
+        let skips = crate::step::SkipCount { planned: 160, failed: 2, ids: vec![5, 6] };
+        let sent = LoaderState::new(7, 10, "helix", 16, dataset.clone()).with_skips(Some(skips));
+        let wire = sent.to_json().into_bytes();
+        let took = follow(&shared, &wire, 9).unwrap();
+        assert_eq!(took, sent, "the leader's document, its count included");
+        assert_eq!((took.next_step, took.epoch), (10, 1), "160 positions into 96 samples: epoch 1");
+        assert!(took.check_against(7, 16, &dataset).is_ok());
+        let refused = |wire: &[u8], step| follow(&shared, wire, step).expect_err("refused");
+        assert!(refused(&wire, 10).contains("next step 10"), "a state for another step");
+        let other = LoaderState::new(8, 10, "helix", 16, dataset.clone()).to_json().into_bytes();
+        assert!(refused(&other, 9).contains("another run"), "another seed");
+        let policy = LoaderState::new(7, 10, "rank-local", 16, dataset).to_json().into_bytes();
+        assert!(refused(&policy, 9).contains("policy rank-local"));
+        let text = String::from_utf8(wire).unwrap();
+        assert!(refused(text.replace("160", "161").as_bytes(), 9).contains("checksum"), "edited");
+        assert!(refused(&[0xff, 0xfe], 9).contains("UTF-8"));
     }
 
     #[test]

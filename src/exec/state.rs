@@ -122,6 +122,15 @@ impl LoaderState {
         s
     }
 
+    /// The dataset it belongs to.
+    pub fn dataset(&self) -> DatasetId {
+        DatasetId {
+            samples: self.samples,
+            manifest_sha256: self.manifest_sha256.clone(),
+            index_sha256: self.index_sha256.clone(),
+        }
+    }
+
     /// The same state carrying what the policy learned.
     pub fn with_learned(mut self, learned: Option<Learned>) -> LoaderState {
         self.learned = learned;
