@@ -106,7 +106,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub prepare_at_open: bool,
     /// Groups of this many consecutive ranks (a tensor-parallel group) train on the same
-    /// batches, decoded once by the group's first rank and broadcast to the others (MPI only).
+    /// batches, decoded once by the group's first rank and broadcast to the others (on the
+    /// run's backend: MPI, or HCCL communicators of the groups' own).
     /// Records and summary are then the data-parallel view: one rank per group (`params.ranks`
     /// counts groups; its accelerator step the slowest of the group's), the other ranks' input
     /// waits under `followers`.
@@ -388,6 +389,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         spans.extend(s);
     }
     records.sort_by_key(|r| (r.step, r.rank));
+    let followers_match = batches_match_leaders(&records, &follower_records, group);
     let steps_set_by_followers =
         slowest_member_sets_the_step(&mut records, &follower_records, group, args.warmup);
     let (workers_per_rank, cores_per_rank) = budget_per_rank(cores, ranks, args.workers);
@@ -436,6 +438,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         doc["followers"]["steps_set_by_followers"] = json!(steps_set_by_followers);
         doc["followers"]["tensor_bytes_ahead"] = json!(follower_bytes[0]);
         doc["followers"]["tensor_bytes_with_batch"] = json!(follower_bytes[1]);
+        doc["followers"]["batches_identical"] = json!(followers_match);
     }
     let text = serde_json::to_string_pretty(&doc).map_err(fail)?;
     match &args.out {
@@ -486,6 +489,25 @@ fn slowest_member_sets_the_step(
         }
     }
     set
+}
+
+/// With `--checksums`: whether every follower's batch of every step holds its leader's ids,
+/// skipped ids and tensors (by checksum), and every leader's batch reached each of its group's
+/// `group - 1` followers; `None` without checksums. `leaders` are numbered by group.
+fn batches_match_leaders(leaders: &[RankStep], followers: &[RankStep], group: usize) -> Option<bool> {
+    let key = |r: &RankStep| Some((r.ids.clone(), r.skipped.clone(), r.tensor_checksum?));
+    let by_step: std::collections::HashMap<(u32, u64), _> =
+        leaders.iter().map(|r| ((r.rank, r.step), key(r))).collect();
+    let mut matched = 0;
+    for f in followers {
+        let mine = key(f)?;
+        let leader = by_step.get(&(f.rank / group.max(1) as u32, f.step)).cloned().flatten();
+        if leader.as_ref() != Some(&mine) {
+            return Some(false);
+        }
+        matched += 1;
+    }
+    Some(matched == leaders.len() * group.saturating_sub(1))
 }
 
 /// The input waits of the replica groups' other ranks over the measured steps (they wait for
@@ -545,5 +567,28 @@ mod tests {
         assert_eq!(gpu, [1.2, 1.0, 1.1, 1.4]);
         assert_eq!(records[3].accel.map(|a| a.noise), Some(1.4), "the slowest rank's terms");
         assert_eq!(set, 2, "step 1's two groups, both set by followers");
+    }
+
+    /// Followers' batches are checked against their leader's (group index `rank / group`) by
+    /// ids, skipped ids and tensor checksum; a missing follower batch is a mismatch too.
+    #[test]
+    fn followers_batches_are_compared_with_their_leaders() {
+        let batch = |rank: u32, step: u64, id: u64, sum: u64| RankStep {
+            rank,
+            step,
+            ids: vec![id],
+            tensor_checksum: Some(sum),
+            ..RankStep::default()
+        };
+        let leaders = [batch(0, 0, 1, 10), batch(1, 0, 2, 20)];
+        let same = [batch(1, 0, 1, 10), batch(3, 0, 2, 20)];
+        assert_eq!(batches_match_leaders(&leaders, &same, 2), Some(true));
+        let other_bytes = [batch(1, 0, 1, 10), batch(3, 0, 2, 21)];
+        assert_eq!(batches_match_leaders(&leaders, &other_bytes, 2), Some(false));
+        let other_ids = [batch(1, 0, 2, 10), batch(3, 0, 2, 20)];
+        assert_eq!(batches_match_leaders(&leaders, &other_ids, 2), Some(false));
+        assert_eq!(batches_match_leaders(&leaders, &same[..1], 2), Some(false), "a follower's batch missing");
+        let unsummed = [RankStep { tensor_checksum: None, ..batch(1, 0, 1, 10) }];
+        assert_eq!(batches_match_leaders(&leaders[..1], &unsummed, 2), None);
     }
 }

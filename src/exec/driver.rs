@@ -26,7 +26,8 @@ pub(crate) enum Driver {
 
 impl Driver {
     /// Opens the loader on `world`, or on its replica groups of `replica_ranks` consecutive
-    /// ranks when more than 1 (MPI only). Collective over `world`.
+    /// ranks when more than 1 (each group, and the data-parallel world of their leaders, on
+    /// `world`'s backend). Collective over `world`.
     pub(crate) fn open(
         world: World,
         cfg: LoaderConfig,
@@ -50,21 +51,9 @@ impl Driver {
                 .map(|loader| Driver::Plain(Box::new(loader)))
                 .map_err(|(e, world)| (e, world.and_then(WorldRef::into_owned)));
         }
-        let World::Mpi(mpi) = &world else {
-            return Err((
-                ExecError::Invalid(format!(
-                    "replica groups of {replica_ranks} ranks need MPI: start the job with mpirun (or \
-                     srun), or set replica_ranks to 1"
-                )),
-                Some(Box::new(world)),
-            ));
-        };
-        let opened = ReplicaLoader::split_world(mpi, replica_ranks).and_then(|(dp, group)| {
-            let (dp, group) = (dp.map(World::Mpi), World::Mpi(group));
-            match resume {
-                Some(state) => ReplicaLoader::resume(dp, group, cfg, state),
-                None => ReplicaLoader::new(dp, group, cfg),
-            }
+        let opened = replica_worlds(&world, replica_ranks).and_then(|(dp, group)| match resume {
+            Some(state) => ReplicaLoader::resume(dp, group, cfg, state),
+            None => ReplicaLoader::new(dp, group, cfg),
         });
         match opened {
             Ok(replica) => Ok(Driver::Replica { replica: Box::new(replica), world: Box::new(world) }),
@@ -203,5 +192,30 @@ impl Driver {
     /// The transfer model planned with, where this rank decodes.
     pub(crate) fn transfer(&self) -> Option<&TransferCost> {
         self.own().map(Loader::transfer)
+    }
+}
+
+/// `world` split into this rank's replica group of `size` consecutive ranks and, on the group's
+/// first rank, the data-parallel world of the groups' first ranks, on the same backend: MPI
+/// communicators split from it, or HCCL communicators of their own (bootstrapped over the
+/// split MPI communicators, on this rank's device). Collective over `world`.
+fn replica_worlds(world: &World, size: usize) -> Result<(Option<World>, World), ExecError> {
+    let Some(mpi) = world.mpi_world() else {
+        return Err(ExecError::Invalid(format!(
+            "replica groups of {size} ranks need a launcher: start the job with mpirun (or srun), or \
+             set replica_ranks to 1"
+        )));
+    };
+    let (dp, group) = ReplicaLoader::split_world(mpi, size)?;
+    match world {
+        #[cfg(feature = "hccl")]
+        World::Hccl(hccl) => {
+            let hccl_err = |e| ExecError::Invalid(format!("HCCL replica groups of {size} ranks: {e}"));
+            // The leaders first (collective over them), then each group (over its ranks).
+            let dp = dp.map(|m| hccl.join(m).map(World::Hccl)).transpose().map_err(hccl_err)?;
+            let group = hccl.join(group).map_err(hccl_err)?;
+            Ok((dp, World::Hccl(group)))
+        }
+        _ => Ok((dp.map(World::Mpi), World::Mpi(group))),
     }
 }

@@ -642,7 +642,7 @@ fn batch_bound(cfg: &LoaderConfig) -> u64 {
 /// the job may end before the caller prints the error.
 fn refuse(group: &WorldRef<'_>, why: String) -> ExecError {
     if let WorldRef::Owned(world) = group {
-        if let crate::comm::World::Mpi(mpi) = world.as_ref() {
+        if let Some(mpi) = world.mpi_world() {
             mpi.abandon();
         }
     }

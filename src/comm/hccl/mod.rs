@@ -110,36 +110,54 @@ impl HcclCollective {
     /// Starts MPI (when launched by mpirun) and sets up HCCL on this rank's device.
     pub fn init(config: Config) -> std::result::Result<Self, InitError> {
         let mpi = if launched_by_mpi() { Some(MpiWorld::init(config.clone())?) } else { None };
-        let (rank, size) = mpi.as_ref().map_or((0, 1), |m| (m.rank(), m.size()));
-        let call = |source: HcclError| InitError::Call { rank, source };
-
-        // Stage 1: runtime, device, root info (rank 0).
-        let stage1 = (|| -> raw::Result<(Rc<Device>, Option<RootInfo>)> {
+        let rank = mpi.as_ref().map_or(0, |m| m.rank());
+        let selected = (|| -> raw::Result<Rc<Device>> {
             let rt = Runtime::init()?;
             let count = rt.device_count()?;
             if count == 0 {
                 return Err(HcclError::Invalid { call: "aclrtGetDeviceCount", what: "no devices".into() });
             }
             let local = local_rank_from_env().unwrap_or(rank);
-            let device = Device::set(rt, (local % count as usize) as u32)?;
-            let root = if rank == 0 { Some(RootInfo::new(&device)?) } else { None };
-            Ok((device, root))
+            Device::set(rt, (local % count as usize) as u32)
         })();
-        let failed = agree_failures(mpi.as_ref(), stage1.is_err())?;
-        let (device, root) = stage1.map_err(call)?;
+        let failed = agree_failures(mpi.as_ref(), selected.is_err())?;
+        let device = selected.map_err(|source| InitError::Call { rank, source })?;
         if !failed.is_empty() {
             return Err(InitError::Peers { rank, stage: "device selection", failed });
+        }
+        Self::on_device(device, mpi, config)
+    }
+
+    /// A world of the ranks of `mpi` (a communicator split from this world's bootstrap, e.g. a
+    /// replica group: `exec::replica`) on this rank's device, with its own HCCL communicator
+    /// and stream. Collective over `mpi`.
+    pub fn join(&self, mpi: MpiWorld) -> std::result::Result<Self, InitError> {
+        Self::on_device(self.device.clone(), Some(mpi), self.config.clone())
+    }
+
+    /// The rest of the bootstrap once this rank's device is set: rank 0's root info broadcast
+    /// over `mpi`, then the communicator and a stream, each stage's failures agreed on.
+    fn on_device(
+        device: Rc<Device>,
+        mpi: Option<MpiWorld>,
+        config: Config,
+    ) -> std::result::Result<Self, InitError> {
+        let (rank, size) = mpi.as_ref().map_or((0, 1), |m| (m.rank(), m.size()));
+        let call = |source: HcclError| InitError::Call { rank, source };
+        let root = if rank == 0 { RootInfo::new(&device).map(Some) } else { Ok(None) };
+        let failed = agree_failures(mpi.as_ref(), root.is_err())?;
+        let root = root.map_err(call)?;
+        if !failed.is_empty() {
+            return Err(InitError::Peers { rank, stage: "root info", failed });
         }
         let mut root = root.unwrap_or_else(RootInfo::empty);
         if let Some(m) = &mpi {
             m.broadcast(0, &mut root.0)?;
         }
-
-        // Stage 2: communicator and stream.
-        let stage2 = Comm::init(device.clone(), size, &root, rank)
+        let made = Comm::init(device.clone(), size, &root, rank)
             .and_then(|comm| Ok((comm, Stream::new(device.clone())?)));
-        let failed = agree_failures(mpi.as_ref(), stage2.is_err())?;
-        let (comm, stream) = stage2.map_err(call)?;
+        let failed = agree_failures(mpi.as_ref(), made.is_err())?;
+        let (comm, stream) = made.map_err(call)?;
         if !failed.is_empty() {
             return Err(InitError::Peers { rank, stage: "communicator creation", failed });
         }
