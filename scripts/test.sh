@@ -27,8 +27,8 @@ echo "== cargo test" >&2
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 echo "== HCCL backend against the host-memory emulator" >&2
-cargo build --features hccl --example dh-collective-check
+cargo build --features hccl --lib --example dh-collective-check
 cargo test --features hccl --test collective_hccl --test collective_hccl_errors --test train_backends
-cargo test --features hccl --test watchdog_decoding over_hccl
+cargo test --features hccl --test watchdog_decoding --test own_comm over_hccl
 echo "== Python package, PyTorch" >&2
 scripts/test_python.sh

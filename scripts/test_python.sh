@@ -6,7 +6,8 @@
 #      close (also under PYTHONMALLOC=debug), bytes equal to `datahelix decode`'s, exactly once
 #      per epoch, and resume from `state_dict()` in a new process (its first steps prepared at
 #      open; also from two ranks' states that disagree on the learned models: a version-1 state,
-#      python/tests/state_v1.py, beside a version-3 one); replica groups (`replica_ranks`);
+#      python/tests/state_v1.py, beside a version-3 one); replica groups (`replica_ranks`), also
+#      over HCCL from a second package built with the hccl feature (on the project's emulator);
 #   3. in the project's environment (.venv, with torch): DDP over gloo through datahelix.torch
 #      (also with late ranks, and with the first steps decoded during an emulated model load:
 #      prepare_at_open), the README's training loop (with its resume), the PyTorch C++ extension of
@@ -73,6 +74,26 @@ step "replica groups: replica_ranks=2, byte-identical batches and states (mpirun
 mkdir -p "$work/replicas"
 mpirun -np 2 "$py" python/tests/replicas.py --data "$work/tiny" --out "$work/replicas"
 "$py" python/tests/replicas.py --data "$work/tiny" --out "$work/replicas" --check
+
+step "backend=\"hccl\": refused by this package (built without it), saying how to build it"
+(cd "$work" && "$py" - "$work/tiny" <<'PYEOF'
+import sys, datahelix
+try:
+    datahelix.Loader(data=sys.argv[1], backend="hccl")
+except datahelix.Error as e:
+    assert "no hccl backend" in str(e) and "--features hccl" in str(e), e
+else:
+    raise AssertionError("backend='hccl' was accepted by a package built without it")
+PYEOF
+)
+
+step "replica groups over HCCL: a package built with the hccl feature, on the project's emulator (mpirun -np 2)"
+python3 -m venv "$work/venv-hccl"
+MATURIN_PEP517_ARGS="--profile dev --features hccl" "$work/venv-hccl/bin/pip" install -q ./python
+mkdir -p "$work/replicas-hccl"
+mpirun -np 2 "$work/venv-hccl/bin/python" python/tests/replicas.py --data "$work/tiny" --out "$work/replicas-hccl" \
+  --backend hccl
+"$py" python/tests/replicas.py --data "$work/tiny" --out "$work/replicas-hccl" --check
 
 step "PyTorch: DDP (gloo) through datahelix.torch (mpirun -np 2)"
 MATURIN_PEP517_ARGS="--profile dev" "$DH_VENV/bin/pip" install -q --no-deps --force-reinstall ./python

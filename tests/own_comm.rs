@@ -150,6 +150,53 @@ fn a_c_program_sets_replica_ranks_and_resumes_from_a_followers_state() {
     assert!(states.iter().all(|s| *s == states[0]), "leaders' and followers' states differ: {states:?}");
 }
 
+/// The two C programs above with `backend = hccl` (`DH_TEST_BACKEND`; the library built with the
+/// `hccl` feature, on the project's emulator): a loader per split communicator, its collectives
+/// on HCCL bootstrapped over the caller's `MPI_Comm`, and replica groups on HCCL communicators
+/// of their own, deliver as on MPI — each group's global batches exactly once, byte-identical
+/// batches and the same state on every rank of a pair. With no device to take
+/// (`DHEMU_DEVICE_COUNT=0`) the loader is refused naming the backend: HCCL is what runs.
+#[cfg(feature = "hccl")]
+#[test]
+fn over_hccl_c_programs_on_their_own_comms_and_in_replica_groups() {
+    // A cdylib's file has no hash of its features: the one in the target folder is the last one
+    // built (scripts/test.sh builds the hccl one before these tests).
+    let lib = std::fs::read(target_dir().join("libdatahelix.so")).unwrap();
+    assert!(
+        lib.windows(b"HcclCommInitRootInfo".len()).any(|w| w == b"HcclCommInitRootInfo"),
+        "{}/libdatahelix.so was built without the hccl feature: run `cargo build --features hccl --lib`, \
+         then this test",
+        target_dir().display()
+    );
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("over_hccl");
+    std::fs::create_dir_all(&dir).unwrap();
+    let build = |name: &str| {
+        let exe = dir.join(name);
+        common::compile_c("mpicc", &common::repo().join(format!("csrc/tests/{name}.c")), &target_dir(), &exe);
+        exe
+    };
+    let (own, replicas) = (build("own_comm"), build("replicas"));
+    let hccl = [("DH_TEST_BACKEND", "hccl")];
+    let ran = |exe: &Path, env: &[(&str, &str)]| {
+        let o = mpirun_with(exe, "helix", env);
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        (o.status.success(), out, err)
+    };
+    let (ok, out, err) = ran(&own, &hccl);
+    assert!(ok, "own_comm over hccl failed:\n{out}\n{err}");
+    assert_groups_exactly_once(&out, "c helix over hccl");
+    let (ok, out, err) = ran(&replicas, &hccl);
+    assert!(ok, "replicas over hccl failed:\n{out}\n{err}");
+    assert_replica_batches(&out, "c over hccl");
+    let states: Vec<&str> =
+        out.lines().filter(|l| l.starts_with("state ")).filter_map(|l| l.split(' ').nth(2)).collect();
+    assert!(states.len() == 4 && states.iter().all(|s| *s == states[0]), "states differ: {states:?}");
+    let (ok, out, err) = ran(&own, &[("DH_TEST_BACKEND", "hccl"), ("DHEMU_DEVICE_COUNT", "0")]);
+    assert!(!ok, "own_comm ran over hccl without a device:\n{out}");
+    assert!(err.contains("cannot start the hccl backend"), "no word of the backend in:\n{err}");
+}
+
 /// A leader that announces a 2^50-byte batch (`DATAHELIX_FAULT=replica-oversized@0`, debug
 /// builds), or a 2^50-byte tensor sent ahead of its batch (`replica-ahead-oversized@0`), is
 /// refused by its follower before anything is allocated, and the job ends in seconds with the

@@ -46,6 +46,7 @@ const KEYS: &[&str] = &[
     "collective_timeout_s",
     "decode_timeout_s",
     "max_skip_rate",
+    "backend",
     "resume",
 ];
 
@@ -67,6 +68,7 @@ fn accepted(key: &str, value: &str) -> Option<bool> {
         "collective_timeout_s" => seconds(t).is_some_and(|s| s > 0.0),
         "job" | "index_dir" => true,
         "transfer_model" => ["default", "measured"].contains(&t),
+        "backend" => ["mpi", "hccl"].contains(&t),
         "max_frames" | "plan_group_ranks" => t.parse::<u32>().is_ok(),
         "max_pixels" => t.parse::<u64>().is_ok(),
         "resume" => LoaderState::from_json(value).is_ok(),
@@ -104,7 +106,7 @@ fn arb_value() -> impl Strategy<Value = String> {
             "4294967295", "4294967296", "17592186044415", "17592186044416", "0x10", "1_000", "true",
             "false", "yes", "no", "on", "off", " true ", "TRUE", "True", "2", "helix", " helix ",
             "Helix", "rank-local", "actor-pool", "post-balance", "helix-batching", "helix-placement",
-            "helix\u{0}", "{}", "null", "/", ".", "..",
+            "helix\u{0}", "{}", "null", "/", ".", "..", "mpi", "hccl", " hccl", "HCCL", "nccl",
         ])
         .prop_map(String::from),
         2 => "\\PC{0,40}",

@@ -76,7 +76,7 @@ static uint32_t device_count(void) {
     const char *c = getenv("DHEMU_DEVICE_COUNT");
     if (c && *c) {
         long v = strtol(c, NULL, 10);
-        if (v >= 1 && v <= MAX_DEVICES) return (uint32_t)v;
+        if (v >= 0 && v <= MAX_DEVICES) return (uint32_t)v; /* 0: a host without devices */
     }
     return 8;
 }

@@ -378,6 +378,9 @@ dh_result dh_config_from_file(const char *path, struct dh_config **config_out);
  * ranks — a tensor-parallel group — receive the same batch, byte for byte: only each group's
  * first rank decodes, as one rank of the data-parallel world of those first ranks, and sends
  * the batch to the rest of its group; the world size must be a multiple; default 1: none),
+ * `backend` (`mpi`, default: collectives over MPI in host memory; `hccl`: over HCCL on the
+ * rank's Ascend device, bootstrapped over MPI — the job's world or the communicator passed —,
+ * in a library built with the `hccl` feature, else refused at `dh_loader_new`),
  * `late_pieces` (`true`/`false`, default `false`: in
  * a step where some rank must wait whatever the schedule — the CPUs cannot keep up, or decode
  * chains outlast the deadline — the last ranks (of each planning group) wait for their input

@@ -32,6 +32,13 @@ static inline void dh_test_fail(const char *file, int line, const char *call, dh
     }                                                                        \
   } while (0)
 
+/* The collectives' backend from DH_TEST_BACKEND (mpi, hccl), where it is set: the same program
+ * then runs on MPI and on HCCL. */
+static inline void dh_test_backend_from_env(dh_config *cfg) {
+  const char *backend = getenv("DH_TEST_BACKEND");
+  if (backend && *backend) CHECK(dh_config_set(cfg, "backend", backend));
+}
+
 /* The last error message of this thread, in a static buffer. */
 static inline const char *dh_test_message(void) {
   static char msg[1024];

@@ -5,6 +5,7 @@
  * with a new one made from that state (the "resume" key).
  *
  *   mpirun -np 4 ./own_comm DATASET POLICY STEPS GLOBAL_BATCH
+ * (with DH_TEST_BACKEND=hccl the loaders' collectives run on HCCL over those communicators)
  * prints, per rank and step, "ids GROUP STEP GROUP_RANK id,... skipped id,..." and "ok RANK". */
 #include <mpi.h>
 #include <stdint.h>
@@ -23,6 +24,7 @@ static dh_loader *open_loader(char **argv, int group, MPI_Comm *comm, const char
   CHECK(dh_config_set(cfg, "workers", "2"));
   CHECK(dh_config_set(cfg, "seed", seed));
   CHECK(dh_config_set(cfg, "cpu_budget", "false"));
+  dh_test_backend_from_env(cfg);
   if (resume) CHECK(dh_config_set(cfg, "resume", resume));
   dh_loader *loader = NULL;
   CHECK(dh_loader_new_with_comm(cfg, comm, &loader));

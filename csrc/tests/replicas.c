@@ -4,6 +4,7 @@
  * on a new loader from it, as a job restarted from the checkpoint a follower wrote would.
  *
  *   mpirun -np 4 ./replicas DATASET POLICY STEPS GLOBAL_BATCH
+ * (with DH_TEST_BACKEND=hccl the groups and the leaders' world run on HCCL)
  * prints, per rank and step, "batch STEP RANK GROUP LEADS HASH id,..." (HASH covers every id,
  * shape, tensor byte, frame time and metadata) and "meta STEP RANK ID JSON" per sample, per rank
  * "state RANK HASH" of the state taken half-way, and "ok RANK". */
@@ -29,6 +30,7 @@ static dh_loader *open_loader(char **argv, const char *resume) {
   CHECK(dh_config_set(cfg, "seed", "3"));
   CHECK(dh_config_set(cfg, "cpu_budget", "false"));
   CHECK(dh_config_set(cfg, "replica_ranks", "2"));
+  dh_test_backend_from_env(cfg);
   if (resume) CHECK(dh_config_set(cfg, "resume", resume));
   dh_loader *loader = NULL;
   CHECK(dh_loader_new(cfg, &loader));

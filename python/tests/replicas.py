@@ -3,7 +3,7 @@
     mpirun -np 2 python replicas.py --data DIR --out OUTDIR
 
 ``replica_ranks=2``: the two ranks form one replica group (a tensor-parallel pair). Only rank 0
-decodes; rank 1 receives every batch from it. Each rank writes ``OUTDIR/rank-R.json``: per step
+decodes; rank 1 receives every batch from it (over HCCL with ``--backend hccl``). Each rank writes ``OUTDIR/rank-R.json``: per step
 the sha256 of everything its batch holds (ids, skipped ids, tensors, frame times, metadata), and
 its ``state_dict()`` at the end; ``--check`` (one process, after the run) compares the ranks.
 """
@@ -29,7 +29,7 @@ def run(args):
     steps = []
     with datahelix.Loader(
         data=args.data, global_batch=args.global_batch, steps=args.steps, seed=5, workers=2,
-        cpu_budget=False, replica_ranks=2,
+        cpu_budget=False, replica_ranks=2, backend=args.backend,
     ) as loader:
         rank = loader.rank
         for batch in loader:
@@ -67,6 +67,7 @@ def main():
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--global-batch", type=int, default=4)
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--backend", default="mpi", help="mpi, or hccl (a package built with the hccl feature)")
     args = ap.parse_args()
     check(args) if args.check else run(args)
 

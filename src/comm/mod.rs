@@ -196,7 +196,10 @@ pub enum InitError {
     #[error(transparent)]
     Hccl(#[from] hccl::InitError),
     /// This build does not contain the backend.
-    #[error("this build has no {0} backend: rebuild with `cargo build --features {0}`")]
+    #[error(
+        "this build has no {0} backend: rebuild with its feature (`cargo build --features {0}`; the Python \
+         package: MATURIN_PEP517_ARGS=\"--features {0}\" pip install ./python)"
+    )]
     NotBuilt(&'static str),
     /// The environment says the job has more processes than the world has ranks
     /// ([`launcher::mismatch`]).
@@ -214,6 +217,21 @@ pub fn init_backend(config: Config, backend: Backend) -> Result<World, InitError
             let world = World::Hccl(hccl::HcclCollective::init(config)?);
             launcher::check(world.collective().size()).map_err(InitError::Launcher)?;
             Ok(world)
+        }
+        #[cfg(not(feature = "hccl"))]
+        Backend::Hccl => Err(InitError::NotBuilt("hccl")),
+    }
+}
+
+/// The world of `backend` on the ranks of `mpi` (a caller's communicator): `mpi` itself, or an
+/// HCCL world bootstrapped over it. Collective over `mpi`.
+pub fn over_mpi(mpi: mpi::MpiWorld, backend: Backend) -> Result<World, InitError> {
+    match backend {
+        Backend::Mpi => Ok(World::Mpi(mpi)),
+        #[cfg(feature = "hccl")]
+        Backend::Hccl => {
+            let config = mpi.config().clone();
+            Ok(World::Hccl(hccl::HcclCollective::over(Some(mpi), config)?))
         }
         #[cfg(not(feature = "hccl"))]
         Backend::Hccl => Err(InitError::NotBuilt("hccl")),

@@ -21,6 +21,8 @@ pub struct dh_config {
     pub(crate) resume: Option<LoaderState>,
     /// Ranks per replica group (`replica_ranks`; 1: none).
     pub(crate) replica_ranks: usize,
+    /// The collectives' backend (`backend`: `mpi`, or `hccl` in a build with it).
+    pub(crate) backend: comm::Backend,
 }
 
 /// The keys of `dh_config_set` and of configuration files.
@@ -42,6 +44,7 @@ pub(crate) const KEYS: &[&str] = &[
     "split_above_s",
     "plan_group_ranks",
     "replica_ranks",
+    "backend",
     "late_pieces",
     "transfer_model",
     "max_frames",
@@ -91,6 +94,7 @@ impl dh_config {
             warmup: 0,
             resume: None,
             replica_ranks: 1,
+            backend: comm::Backend::Mpi,
         })
     }
 
@@ -132,6 +136,7 @@ impl dh_config {
             "job" => l.job = value.to_string(),
             "check_plan" => l.check_plan = boolean(key, value)?,
             "late_pieces" => l.late_pieces = boolean(key, value)?,
+            "backend" => self.backend = value.trim().parse().map_err(|e: String| invalid(key, value, &e))?,
             "transfer_model" => {
                 l.measure_transfer = match value.trim() {
                     "default" => false,
@@ -280,6 +285,9 @@ pub extern "C" fn dh_config_from_file(path: *const c_char, config_out: *mut *mut
 /// ranks — a tensor-parallel group — receive the same batch, byte for byte: only each group's
 /// first rank decodes, as one rank of the data-parallel world of those first ranks, and sends
 /// the batch to the rest of its group; the world size must be a multiple; default 1: none),
+/// `backend` (`mpi`, default: collectives over MPI in host memory; `hccl`: over HCCL on the
+/// rank's Ascend device, bootstrapped over MPI — the job's world or the communicator passed —,
+/// in a library built with the `hccl` feature, else refused at `dh_loader_new`),
 /// `late_pieces` (`true`/`false`, default `false`: in
 /// a step where some rank must wait whatever the schedule — the CPUs cannot keep up, or decode
 /// chains outlast the deadline — the last ranks (of each planning group) wait for their input

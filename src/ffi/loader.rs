@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use super::config::dh_config;
 use super::{dh_result, ffi_boundary, out_arg, Error};
 use crate::collective::ReduceOp;
+use crate::comm;
 use crate::comm::mpi::raw::RawComm;
 use crate::comm::mpi::{CallerComm, MpiWorld};
-use crate::comm::{self, World};
 use crate::exec::driver::Driver;
 use crate::exec::loader::{Accelerator, Batch, Counters, ExecError};
 use crate::metrics::{summarize, RankStep, RunShape};
@@ -251,17 +251,23 @@ fn open_loader(config: &dh_config, comm: Option<CallerComm>) -> Result<dh_loader
     }
     let timeout_ms = config.comm.timeout.as_millis().min(u64::MAX as u128) as u64;
     FINALIZE_WAIT_MS.fetch_max(timeout_ms, std::sync::atomic::Ordering::Relaxed);
+    let backend = config.backend;
+    let cannot = |e: comm::InitError| {
+        Error::new(dh_result::DH_MPI_INIT, format!("cannot start the {} backend: {e}", backend.name()))
+    };
     let world = match comm {
         None => {
             ensure_mpi()?;
-            comm::init(config.comm.clone())
-                .map_err(|e| Error::new(dh_result::DH_MPI_INIT, format!("cannot start MPI: {e}")))?
+            comm::init_backend(config.comm.clone(), backend).map_err(cannot)?
         }
-        Some(c) => World::Mpi(MpiWorld::with_comm(config.comm.clone(), &c).map_err(|e| {
-            Error::new(dh_result::DH_MPI_INIT, format!("cannot use the communicator passed: {e}"))
-        })?),
+        Some(c) => {
+            let mpi = MpiWorld::with_comm(config.comm.clone(), &c).map_err(|e| {
+                Error::new(dh_result::DH_MPI_INIT, format!("cannot use the communicator passed: {e}"))
+            })?;
+            comm::over_mpi(mpi, backend).map_err(cannot)?
+        }
     };
-    let mpi = matches!(world, World::Mpi(_));
+    let mpi = world.mpi_world().is_some();
     let (rank, size) = (world.collective().rank(), world.collective().size());
     let (cores, steps, lookahead) = (cfg.cores, cfg.steps, cfg.lookahead as u64);
     let loader =

@@ -110,6 +110,12 @@ impl HcclCollective {
     /// Starts MPI (when launched by mpirun) and sets up HCCL on this rank's device.
     pub fn init(config: Config) -> std::result::Result<Self, InitError> {
         let mpi = if launched_by_mpi() { Some(MpiWorld::init(config.clone())?) } else { None };
+        Self::over(mpi, config)
+    }
+
+    /// Sets up HCCL on this rank's device for the ranks of `mpi` (the job's world, or a
+    /// communicator the caller made; `None`: one rank without a launcher). Collective over `mpi`.
+    pub fn over(mpi: Option<MpiWorld>, config: Config) -> std::result::Result<Self, InitError> {
         let rank = mpi.as_ref().map_or(0, |m| m.rank());
         let selected = (|| -> raw::Result<Rc<Device>> {
             let rt = Runtime::init()?;
