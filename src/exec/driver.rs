@@ -211,8 +211,18 @@ fn replica_worlds(world: &World, size: usize) -> Result<(Option<World>, World), 
         #[cfg(feature = "hccl")]
         World::Hccl(hccl) => {
             let hccl_err = |e| ExecError::Invalid(format!("HCCL replica groups of {size} ranks: {e}"));
-            // The leaders first (collective over them), then each group (over its ranks).
-            let dp = dp.map(|m| hccl.join(m).map(World::Hccl)).transpose().map_err(hccl_err)?;
+            // The leaders first (collective over them), then each group (over its ranks). Every
+            // member learns whether its leader's world was made, so that no follower waits in
+            // the group's set-up for a leader that gave up.
+            let dp = dp.map(|m| hccl.join(m).map(World::Hccl)).transpose();
+            let made = group.all_gather_vec(&[u8::from(dp.is_ok())])?;
+            let dp = dp.map_err(hccl_err)?;
+            if made.contains(&0) {
+                return Err(ExecError::Invalid(format!(
+                    "HCCL replica groups of {size} ranks: this group's first rank could not join the \
+                     data-parallel world (its error says why)"
+                )));
+            }
             let group = hccl.join(group).map_err(hccl_err)?;
             Ok((dp, World::Hccl(group)))
         }
