@@ -26,6 +26,8 @@ cargo build --workspace --all-targets
 echo "== cargo test" >&2
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+echo "== rustdoc: every intra-doc link resolves" >&2
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p datahelix
 echo "== HCCL backend against the host-memory emulator" >&2
 cargo build --features hccl --lib --example dh-collective-check
 cargo test --features hccl --test collective_hccl --test collective_hccl_errors --test train_backends

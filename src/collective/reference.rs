@@ -1,7 +1,7 @@
 //! An offline model of the `v` collectives' semantics, the way HCCL's own tests check them: virtual
 //! per-rank buffers and, for every receiving rank, a record of which rank and offset each range of
 //! its receive buffer comes from. The multi-rank tests compare the real backend against it byte by
-//! byte (with the [`check`](super::check) pattern, which encodes sender and offset in every byte).
+//! byte (with the [`check`] pattern, which encodes sender and offset in every byte).
 
 use super::check;
 

@@ -1,5 +1,5 @@
 //! Collective backends: the MPI backend ([`mpi::MpiWorld`], default) and the one-rank
-//! [`LocalWorld`](crate::collective::LocalWorld) used when no launcher started the process.
+//! [`LocalWorld`] used when no launcher started the process.
 //!
 //! | backend | status |
 //! |---|---|

@@ -39,7 +39,7 @@ pub enum PeerState {
 /// The op code of [`PeerState::Decoding`] on the wire (no collective has it).
 const DECODING: u64 = 1 << 32;
 
-/// The wire form of "decoding outside collectives", answered by [`crate::Collective::serve_watchdog`].
+/// The wire form of "decoding outside collectives", answered by [`crate::collective::Collective::serve_watchdog`].
 pub fn encode_decoding(step: Option<u64>, busy: Duration) -> Vec<u64> {
     vec![DECODING, 0, step.unwrap_or(u64::MAX), busy.as_millis() as u64]
 }

@@ -9,7 +9,7 @@
 //! assert!(text.contains("global_batch: 16 on ranks [0, 1], 32 on rank [2]"));
 //! ```
 //!
-//! At [`crate::exec::Loader::new`] every rank all-gathers its fingerprint (fixed size: one word per
+//! At [`crate::exec::loader::Loader::new`] every rank all-gathers its fingerprint (fixed size: one word per
 //! field) and compares them all, so every rank reaches the same verdict from the same bytes and
 //! fails with the same message naming the fields and ranks that differ — instead of training on
 //! different data, or deadlocking on plans made from different inputs.

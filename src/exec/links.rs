@@ -31,7 +31,7 @@ const MAX_NODE_NAME: usize = 255;
 
 /// The transfer model of this world's links, measured: the ranks' node names all-gathered into
 /// a node table; then, per class of link present (within a node, between nodes), all-to-all-v
-/// exchanges of each of [`TRANSFER_SIZES`] bytes to every peer of that class, timed three times
+/// exchanges of each of `TRANSFER_SIZES` (1 KiB, 64 KiB, 512 KiB, 2 MiB) to every peer of that class, timed three times
 /// after a warm-up, the times max-reduced over ranks and fitted per size band
 /// ([`TransferModel`]); then rank 0's models broadcast. Where every node holds one rank, the
 /// network's model serves both classes; on one node there is one class and no table. A few

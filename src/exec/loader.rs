@@ -112,7 +112,7 @@ pub struct LoaderConfig {
     /// The transfer model the rebalance gate and placement start from (replaced by a measured
     /// one with `measure_transfer`).
     pub transfer: TransferCost,
-    /// Measure the transfer model at open ([`measure_transfer_model`]): a short all-to-all-v
+    /// Measure the transfer model at open ([`crate::exec::links::measure_transfer_model`]): a short all-to-all-v
     /// sweep, the same model on every rank. Off by default: the constant of
     /// [`policy::default_transfer`].
     pub measure_transfer: bool,

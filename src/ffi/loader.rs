@@ -2,7 +2,7 @@
 //!
 //! Ownership: the handle owns a [`crate::exec::loader::Loader`], which owns its world (and drops
 //! its decode workers before it), or with `replica_ranks` its rank's part of a replica group
-//! ([`crate::exec::driver`]). The step sequence is the loader's own
+//! (`crate::exec::driver`). The step sequence is the loader's own
 //! ([`crate::exec::loader::Loader::train_step`],
 //! `dh_loader_step`); the functions here only check arguments, map errors and keep metrics.
 

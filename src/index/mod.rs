@@ -17,7 +17,7 @@
 //! # Ok::<(), datahelix::index::IndexError>(())
 //! ```
 //!
-//! The file layout is in [`format`]; building (and re-building only what changed) in [`writer`].
+//! The file layout is in [`format`](mod@format); building (and re-building only what changed) in [`writer`].
 
 pub mod format;
 pub mod meta;

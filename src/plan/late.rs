@@ -14,7 +14,7 @@
 //!   targets sit ~250 frames past their keyframes, 6–8 s of decoding begun two steps ahead).
 //!   Grouped on the last ranks, in order of their chains, they hold only those. Where decode
 //!   work is placed within groups of ranks (`crate::plan::groups`, from 1024 ranks), each
-//!   group's late samples wait on the group's own last ranks ([`group_late_within`]): grouped
+//!   group's late samples wait on the group's own last ranks (`group_late_within`): grouped
 //!   over the whole step instead, the groups of late ranks trained up to 5/2 of their share of
 //!   the step and their CPUs had its decode work to do alone (egoexo4d-4k at 4096 ranks, 12
 //!   steps: 5814 samples/s at 0.590 of the bound, 0.286 of rank-steps missed; without late

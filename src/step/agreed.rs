@@ -197,7 +197,7 @@ impl SkipCount {
 
     /// `Ok` when the count is one a run could have kept; else what is wrong with it. (Failures
     /// may outnumber the samples planned: earlier builds counted each failed piece of a split
-    /// sample, and a piece told over [`FAILURES_KEPT_STEPS`] steps late still counts again.)
+    /// sample, and a piece told over `FAILURES_KEPT_STEPS` (64) steps late still counts again.)
     pub fn check(&self) -> Result<(), String> {
         if self.ids.len() > NAMED_SKIPS || self.ids.len() as u64 > self.failed {
             return Err(format!("{} failed ids for {} failed samples", self.ids.len(), self.failed));

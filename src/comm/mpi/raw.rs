@@ -5,7 +5,7 @@
 //! Two traps of the C API are handled here and nowhere else:
 //! - An empty Rust slice's pointer is dangling (`0x1` for bytes), and Open MPI defines
 //!   `MPI_IN_PLACE` as `(void *) 1`: an empty send buffer would silently become an in-place
-//!   operation. Every buffer pointer goes through [`send_ptr`] / [`Pending::recv_ptr`], which
+//!   operation. Every buffer pointer goes through [`send_ptr`] / `Pending::recv_ptr`, which
 //!   substitute a real (unused) scratch allocation for empty slices.
 //! - Counts and displacements are C `int`: [`to_c_int`] refuses anything beyond `i32::MAX`; the
 //!   caller chunks (point-to-point messages of at most `max_message` bytes).
@@ -248,7 +248,7 @@ const ABORT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 /// `MPI_Abort` need not return, and need not end this process promptly either: seen here once
 /// under load, a job in which one rank called it while its peer exited at the same moment
 /// never ended (CI's `a_rank_failing_before_its_loader_ends_the_job_not_hangs`). So a thread
-/// ends this process with `code` after [`ABORT_GRACE`] whatever MPI does; the launcher then sees
+/// ends this process with `code` after `ABORT_GRACE` (10 s) whatever MPI does; the launcher then sees
 /// a rank exit with an error and ends the others.
 pub fn abort(code: i32) -> ! {
     if is_active() {

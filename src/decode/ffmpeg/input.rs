@@ -89,7 +89,7 @@ pub const PROTOCOL_WHITELIST: &CStr = c"file";
 
 impl Input {
     /// Opens `path` and reads its container header (`avformat_open_input`), with FFmpeg limited
-    /// to [`FORMAT_WHITELIST`] and [`PROTOCOL_WHITELIST`]: any other container or protocol is an
+    /// to `FORMAT_WHITELIST` and `PROTOCOL_WHITELIST`: any other container or protocol is an
     /// error, whatever the file's bytes or name say.
     pub fn open(path: &Path) -> Result<Input, AvError> {
         Input::open_with(path, None)

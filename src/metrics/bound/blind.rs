@@ -30,7 +30,7 @@
 //!   ranks those are does not depend on the noise: `E[T] ≥ L_(k) · M_k` for every `k`. So
 //!   `E[T] ≥ min over splits of max_k L_(k) M_k`, which is fact 1's least step length with rank
 //!   factors `M_1 ≤ M_2 ≤ … ≤ M_R` (fact 1 pairs the heaviest load with the smallest factor), and
-//!   each of fact 1's terms bounds that minimum for any factors ([`super::least_split_s`]).
+//!   each of fact 1's terms bounds that minimum for any factors (`least_split_s` in `metrics::bound`).
 //! - **Convexity.** `f(L) = E[max_r n_r L_r]` is convex in `L` and unchanged by permuting the
 //!   ranks, so it is at least its value at the mean of `L`'s permutations, the even split:
 //!   `E[T] ≥ L̄ · M_R`, `L̄ = c0 + Σ w / R` (the first term's fractional part only gives
