@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `mpi` | works: host buffers, every collective under a watchdog |
 //! | `local` | works: world size 1, no launcher |
-//! | `hccl` | feature `hccl`: [`hccl::HcclCollective`], HCCL on ACL device buffers, MPI bootstrap (docs/hccl.md) |
+//! | `hccl` | feature `hccl`: `hccl::HcclCollective`, HCCL on ACL device buffers, MPI bootstrap (docs/hccl.md) |
 //!
 //! ```no_run
 //! use datahelix::collective::Collective;
