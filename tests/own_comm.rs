@@ -198,8 +198,9 @@ fn over_hccl_c_programs_on_their_own_comms_and_in_replica_groups() {
 }
 
 /// A leader that announces a 2^50-byte batch (`DATAHELIX_FAULT=replica-oversized@0`, debug
-/// builds), or a 2^50-byte tensor sent ahead of its batch (`replica-ahead-oversized@0`), is
-/// refused by its follower before anything is allocated, and the job ends in seconds with the
+/// builds), a 2^50-byte tensor sent ahead of its batch (`replica-ahead-oversized@0`) or a
+/// 2^50-byte loader state with its batch (`replica-state-oversized@0`) is refused by its
+/// follower before anything is allocated, and the job ends in seconds with the
 /// follower's error (the leader is left in its broadcast until the watchdog).
 #[test]
 fn a_followers_leader_announcing_a_huge_batch_is_refused_before_allocating() {
@@ -212,6 +213,7 @@ fn a_followers_leader_announcing_a_huge_batch_is_refused_before_allocating() {
     for (fault, refusal) in [
         ("replica-oversized@0", "announced a batch table of 1125899906842624 bytes"),
         ("replica-ahead-oversized@0", "bytes of tensors ahead for step"),
+        ("replica-state-oversized@0", "announced a loader state of 1125899906842624 bytes with its batch"),
     ] {
         let started = std::time::Instant::now();
         let env = [("DATAHELIX_FAULT", fault), ("DATAHELIX_COLLECTIVE_TIMEOUT", "10")];

@@ -9,7 +9,9 @@
 //! - `replica-oversized` ([`replica_oversized`]): a replica group's leader announces its batch
 //!   to its group as 2⁵⁰ bytes;
 //! - `replica-ahead-oversized` (the same function): a replica group's leader announces the
-//!   first tensor it sends ahead of its batch as 2⁵⁰ bytes.
+//!   first tensor it sends ahead of its batch as 2⁵⁰ bytes;
+//! - `replica-state-oversized` (the same function): a replica group's leader announces the
+//!   loader state that goes with its batch as 2⁵⁰ bytes.
 //!
 //! `tests/peer_faults.rs` checks that each one ends the job on every rank with an error naming
 //! the rank, the step and what was wrong, without a huge allocation or a hang. Release builds

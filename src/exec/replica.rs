@@ -352,7 +352,11 @@ impl<'w> ReplicaLoader<'w> {
                 if super::fault::replica_oversized("replica-oversized", loader.world().rank()) {
                     len = 1 << 50;
                 }
-                let mut lens = [len, note.len() as u64].map(u64::to_le_bytes).concat();
+                let mut note_len = note.len() as u64;
+                if super::fault::replica_oversized("replica-state-oversized", loader.world().rank()) {
+                    note_len = 1 << 50;
+                }
+                let mut lens = [len, note_len].map(u64::to_le_bytes).concat();
                 g.broadcast(0, &mut lens)?;
                 if let (Some(mut table), Ok((batch, ahead))) = (table, got.as_mut()) {
                     table.extend_from_slice(&note);
