@@ -675,20 +675,22 @@ fn share_state(world: &WorldRef<'_>, mine: Option<LoaderState>) -> Result<Loader
     }
     let mut wire = vec![0u8; len as usize];
     group.broadcast(0, &mut wire)?;
-    let text = String::from_utf8(wire).map_err(|_| {
-        refuse(world, "the replica group's rank 0 sent a loader state that is not UTF-8".into())
-    })?;
-    LoaderState::from_json(&text)
-        .map_err(|e| refuse(world, format!("the replica group's rank 0 sent a bad loader state: {e}")))
+    parse_state(&wire)
+        .map_err(|e| refuse(world, format!("the loader state the replica group's rank 0 sent {e}")))
 }
 
-/// The state the group's batch of `step` carried (`text`), checked against the group's state
+/// A loader state from a leader's bytes, or why not (`is not UTF-8`, `is refused: …`).
+fn parse_state(bytes: &[u8]) -> Result<LoaderState, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "is not UTF-8".to_string())?;
+    LoaderState::from_json(text).map_err(|e| format!("is refused: {e}"))
+}
+
+/// The state the group's batch of `step` carried (`bytes`), checked against the group's state
 /// so far (`shared`): a state of the same run — seed, global batch, dataset, sampler and policy
 /// — whose next step is the one after `step`.
-fn follow(shared: &LoaderState, text: &[u8], step: u64) -> Result<LoaderState, String> {
+fn follow(shared: &LoaderState, bytes: &[u8], step: u64) -> Result<LoaderState, String> {
     let why = |e: String| format!("the loader state sent with the batch of step {step} {e}");
-    let text = std::str::from_utf8(text).map_err(|_| why("is not UTF-8".into()))?;
-    let sent = LoaderState::from_json(text).map_err(|e| why(format!("is refused: {e}")))?;
+    let sent = parse_state(bytes).map_err(why)?;
     sent.check_against(shared.seed, shared.global_batch, &shared.dataset())
         .map_err(|e| why(format!("belongs to another run: {e}")))?;
     if sent.policy != shared.policy || Some(sent.next_step) != step.checked_add(1) {
