@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Indexing throughput: the same N samples (default 10,000) as loose files with a manifest.jsonl
-# and as WebDataset tar shards of 1,000 samples (written by the webdataset package's ShardWriter:
-# each sample a media member, a .json and a .txt), each indexed from scratch (--force) REPEAT
-# times (default 3) by the release binary; prints the median seconds, the range and samples/s
-# of each, and the ratio. Media: the clips of scripts/specs/codecs_tiny.json (H.264, HEVC, VP9,
-# AV1 in MP4 and WebM), repeated. Both datasets are read from the page cache after the first run.
+# Indexing throughput: the same N samples (default 10,000) as loose files with a manifest.jsonl,
+# as WebDataset tar shards of 1,000 samples (written by the webdataset package's ShardWriter:
+# each sample a media member, a .json and a .txt), and as the same members in zip archives of
+# 1,000 samples, stored (`zip -0`'s way) and deflated (Python's zipfile), each indexed from
+# scratch (--force) REPEAT times (default 3) by the release binary; prints the median seconds,
+# the range and samples/s of each, and the ratio to loose files. Media: the clips of
+# scripts/specs/codecs_tiny.json (H.264, HEVC, VP9, AV1 in MP4 and WebM), repeated. Every
+# dataset is read from the page cache after the first run.
 #
 #   scripts/bench_shards.sh [N] [REPEAT] [WORK_DIR]
 set -euo pipefail
@@ -21,13 +23,16 @@ rm -rf "$WORK"
 mkdir -p "$WORK"
 "$BIN" gen --spec scripts/specs/codecs_tiny.json --out "$WORK/clips" >/dev/null
 "$PY" - "$WORK" "$N" <<'EOF'
-import json, os, shutil, sys
+import json, os, shutil, sys, zipfile
 import webdataset as wds
 work, n = sys.argv[1], int(sys.argv[2])
 clips = [json.loads(l) for l in open(f"{work}/clips/manifest.jsonl") if l.strip()]
 media = [(c["path"].rsplit(".", 1)[1], open(f"{work}/clips/{c['path']}", "rb").read()) for c in clips]
 os.makedirs(f"{work}/loose/media")
 os.makedirs(f"{work}/shards")
+os.makedirs(f"{work}/zip-stored")
+os.makedirs(f"{work}/zip-deflated")
+zips = []
 with open(f"{work}/loose/manifest.jsonl", "w") as manifest, \
      wds.ShardWriter(f"{work}/shards/train-%06d.tar", maxcount=1000, verbose=0) as sink:
     for i in range(n):
@@ -38,6 +43,17 @@ with open(f"{work}/loose/manifest.jsonl", "w") as manifest, \
             f.write(data)
         manifest.write(json.dumps({"id": i, "path": path, "text_tokens": 7, "caption": caption}) + "\n")
         sink.write({"__key__": f"{i:06d}", ext: data, "json": {"id": i, "text_tokens": 7}, "txt": caption})
+        if i % 1000 == 0:
+            for z in zips:
+                z.close()
+            zips = [zipfile.ZipFile(f"{work}/zip-{kind}/train-{i // 1000:06d}.zip", "w", method)
+                    for kind, method in (("stored", zipfile.ZIP_STORED), ("deflated", zipfile.ZIP_DEFLATED))]
+        for z in zips:
+            z.writestr(f"{i:06d}.{ext}", data)
+            z.writestr(f"{i:06d}.json", json.dumps({"id": i, "text_tokens": 7}))
+            z.writestr(f"{i:06d}.txt", caption)
+for z in zips:
+    z.close()
 EOF
 
 run() { # dataset -> seconds of one forced index
@@ -49,16 +65,19 @@ run() { # dataset -> seconds of one forced index
   python3 -c "print($t1 - $t0)"
 }
 declare -A times
-for kind in loose shards; do
+KINDS=(loose shards zip-stored zip-deflated)
+for kind in "${KINDS[@]}"; do
   "$BIN" index "$WORK/$kind" --force --json >/dev/null # warm the page cache
   for _ in $(seq "$REPEAT"); do times[$kind]+="$(run "$WORK/$kind") "; done
 done
-python3 - "$N" "${times[loose]}" "${times[shards]}" <<'EOF'
+python3 - "$N" "${times[loose]}" "${times[shards]}" "${times[zip-stored]}" "${times[zip-deflated]}" <<'EOF'
 import statistics, sys
 n = int(sys.argv[1])
-loose, shards = ([float(x) for x in a.split()] for a in sys.argv[2:4])
-for name, t in (("loose files", loose), ("tar shards", shards)):
+names = ("loose files", "tar shards", "zip, stored", "zip, deflated")
+runs = [[float(x) for x in a.split()] for a in sys.argv[2:6]]
+loose = statistics.median(runs[0])
+for name, t in zip(names, runs):
     m = statistics.median(t)
-    print(f"{name:12} {n} samples: median {m:.2f} s (range {min(t):.2f}-{max(t):.2f}), {n / m:.0f} samples/s")
-print(f"shards / loose samples/s: {statistics.median(loose) / statistics.median(shards):.2f}")
+    print(f"{name:14} {n} samples: median {m:.2f} s (range {min(t):.2f}-{max(t):.2f}), "
+          f"{n / m:.0f} samples/s ({loose / m:.2f}x loose)")
 EOF

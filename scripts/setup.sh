@@ -16,6 +16,7 @@ DH_PACKAGES=(
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg
   valgrind g++ python3-numpy python3-venv
   iproute2 util-linux
+  zip
 )
 
 dh_missing_packages() {

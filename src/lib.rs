@@ -33,7 +33,7 @@
 //! |---|---|---|
 //! | manifest, descriptors, header-only probe | [`manifest`], [`descriptor`], [`probe`] | works |
 //! | memory-mapped descriptor index | [`index`] | works |
-//! | WebDataset tar shards, read in place | [`shard`] | works: local folders and brace patterns |
+//! | WebDataset shards (tar, zip), read in place | [`shard`] | works: local folders and brace patterns; deflated zip members inflated in memory; not `.tar.gz` |
 //! | the protocol's sampler | [`sampler`] | works |
 //! | dataset generator (`datahelix gen`) | [`gen`] | works (drives the `ffmpeg` CLI) |
 //! | sampled-frame decoder, worker pool, decode-cost model | [`decode`] | works |

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::ffmpeg::{self, AvError, CodecContext, Frame, Input, Packet, Received, Scaler, StreamInfo};
 use super::sample::{frame_count, output_size, target, Params, Ratio, Strategy};
 use super::split::FrameRange;
-use crate::shard::location::ByteRange;
+use crate::shard::location::{Part, Window};
 
 /// Why a file could not be decoded (this layer's error; the pool adds the sample's id and path).
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +15,10 @@ pub enum DecodeError {
     /// The container could not be opened or probed.
     #[error("cannot open: {0}")]
     Open(AvError),
+    /// A member of a shard could not be read: its shard cannot be opened, or a deflated zip
+    /// member does not inflate to what its header says.
+    #[error("cannot read the shard member: {0}")]
+    Member(std::io::Error),
     /// The file holds no video or image stream.
     #[error("no video or image stream")]
     NoVideoStream,
@@ -291,21 +295,26 @@ impl Decoder {
     /// (which decodes an image whole) and in the decoder: the pool passes what its byte budget
     /// can hold, so a picture larger than its header said fails instead of taking that memory.
     pub fn open_within(path: &Path, max_pixels: Option<u64>) -> Result<Decoder, DecodeError> {
-        Self::open_range_within(path, None, max_pixels)
+        Self::open_part_within(path, None, max_pixels)
     }
 
-    /// [`Decoder::open_within`] of the bytes `range` of `path` when given (a member of a tar
-    /// shard, read in place: [`Input::open_range`]).
-    pub fn open_range_within(
+    /// [`Decoder::open_within`] of the member `part` of the shard `path` when given (a tar
+    /// member read in place, a deflated zip member inflated first: [`Window::open`]).
+    pub fn open_part_within(
         path: &Path,
-        range: Option<ByteRange>,
+        part: Option<Part>,
         max_pixels: Option<u64>,
     ) -> Result<Decoder, DecodeError> {
-        let opened = match range {
-            Some(r) => Input::open_range(path, r),
+        let mut input = match part {
+            Some(p) => {
+                let window = std::fs::File::open(path)
+                    .and_then(|f| Window::open(f, p))
+                    .map_err(DecodeError::Member)?;
+                Input::open_window(path, window)
+            }
             None => Input::open(path),
-        };
-        let mut input = opened.map_err(DecodeError::Open)?;
+        }
+        .map_err(DecodeError::Open)?;
         input.find_stream_info_within(max_pixels).map_err(DecodeError::Open)?;
         let stream = input.best_video_stream().ok_or(DecodeError::NoVideoStream)?;
         if stream.time_base.0 <= 0 || stream.time_base.1 <= 0 {
@@ -319,7 +328,7 @@ impl Decoder {
         };
         let codec =
             CodecContext::open_within(&input, stream.index, max_pixels).map_err(DecodeError::Codec)?;
-        let file_bytes = range.map_or_else(|| std::fs::metadata(path).map_or(0, |m| m.len()), |r| r.len);
+        let file_bytes = part.map_or_else(|| std::fs::metadata(path).map_or(0, |m| m.len()), |p| p.bytes());
         let new = |r: Result<Frame, AvError>| r.map_err(DecodeError::Codec);
         Ok(Decoder {
             codec,

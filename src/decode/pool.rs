@@ -35,7 +35,7 @@ use std::time::Instant;
 use super::clock::thread_cpu_seconds;
 use super::{AllFrames, DecodeError, Decoded, Decoder, FrameRange, Params, Strategy};
 use crate::descriptor::Descriptor;
-use crate::shard::location::{ByteRange, MemberPath};
+use crate::shard::location::{MemberPath, Part};
 
 /// What to decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -730,9 +730,9 @@ fn worker(
 }
 
 /// Checks the file against its descriptor (present, same size, same modification time) and
-/// says what to open: the file, and the byte range of it when the job's path names a member of
-/// a tar shard ([`MemberPath`]: the shard is checked, and the member must lie inside it).
-pub fn check_file(job: &Job) -> Result<(PathBuf, Option<ByteRange>), Failure> {
+/// says what to open: the file, and the part of it when the job's path names a member of a
+/// tar or zip shard ([`MemberPath`]: the shard is checked, and the member must lie inside it).
+pub fn check_file(job: &Job) -> Result<(PathBuf, Option<Part>), Failure> {
     let member = job.beneath.as_ref().and_then(|(_, rel)| MemberPath::parse(rel));
     let path = match &job.beneath {
         Some((root, rel)) => crate::probe::resolve_beneath(root, member.map_or(rel.as_str(), |m| m.shard))
@@ -740,8 +740,8 @@ pub fn check_file(job: &Job) -> Result<(PathBuf, Option<ByteRange>), Failure> {
         None => job.path.clone(),
     };
     let meta = std::fs::metadata(&path).map_err(Failure::Missing)?;
-    let range = member.map(|m| m.range);
-    if let Some(r) = range {
+    let part = member.map(|m| m.part);
+    if let Some(r) = part.map(|p| p.range) {
         if r.end().is_none_or(|e| e > meta.len()) {
             return Err(Failure::Changed(format!(
                 "the shard is {} bytes, the member the index names ends at byte {}",
@@ -751,7 +751,7 @@ pub fn check_file(job: &Job) -> Result<(PathBuf, Option<ByteRange>), Failure> {
         }
     }
     if let Some(d) = &job.descriptor {
-        let len = range.map_or(meta.len(), |r| r.len);
+        let len = part.map_or(meta.len(), |p| p.bytes());
         if d.bytes != 0 && len != d.bytes {
             return Err(Failure::Changed(format!("{len} bytes, index says {}", d.bytes)));
         }
@@ -768,7 +768,7 @@ pub fn check_file(job: &Job) -> Result<(PathBuf, Option<ByteRange>), Failure> {
             }
         }
     }
-    Ok((path, range))
+    Ok((path, part))
 }
 
 type JobResult = (Result<Output, Failure>, f64, f64);
@@ -793,10 +793,12 @@ fn run_job(
     let (t0, c0) = (Instant::now(), thread_cpu_seconds());
     let mut waited = 0.0;
     let result = (|| -> Result<Option<Output>, Failure> {
-        let (path, range) = check_file(job)?;
+        let (path, part) = check_file(job)?;
         // FFmpeg's memory as the index reckons it is held before FFmpeg opens the file (probing
-        // an image decodes it whole); a picture that cannot fit is refused unread.
-        let least = job.descriptor.as_ref().map_or(0, index_working_bytes);
+        // an image decodes it whole), with a deflated member's inflated bytes; a sample that
+        // cannot fit is refused unread.
+        let inflated = part.map_or(0, |p| usize::try_from(p.inflated_bytes()).unwrap_or(usize::MAX));
+        let least = job.descriptor.as_ref().map_or(0, index_working_bytes).saturating_add(inflated);
         if least > buffers.budget {
             return Err(Failure::TooLarge { need: 0, working: least, budget: buffers.budget });
         }
@@ -804,11 +806,11 @@ fn run_job(
         let Some(held) = buffers.reserve(least, job.deadline) else { return Ok(None) };
         waited += w0.elapsed().as_secs_f64();
         // FFmpeg refuses any picture that could not fit the whole budget as 8-bit RGB.
-        let mut dec = Decoder::open_range_within(&path, range, Some(buffers.budget as u64 / 3))?;
+        let mut dec = Decoder::open_part_within(&path, part, Some(buffers.budget as u64 / 3))?;
         if let Some(t) = timeout {
             dec.set_deadline(t);
         }
-        let working = dec.working_bytes().max(least);
+        let working = dec.working_bytes().saturating_add(inflated).max(least);
         if job.mode == Mode::AllFrames {
             if working > buffers.budget {
                 return Err(Failure::TooLarge { need: 0, working, budget: buffers.budget });

@@ -1,4 +1,4 @@
-//! What lists a dataset's samples: a manifest file, or WebDataset tar shards.
+//! What lists a dataset's samples: a manifest file, or WebDataset shards (tar or zip).
 //!
 //! ```no_run
 //! use datahelix::index::source::Source;
@@ -26,7 +26,7 @@ pub enum Source {
         /// Its format.
         format: Format,
     },
-    /// No manifest, and `*.tar` shards ([`shard::list`]).
+    /// No manifest, and `*.tar` / `*.zip` shards ([`shard::list`]).
     Shards(Vec<Shard>),
 }
 
@@ -47,12 +47,20 @@ impl Source {
         }
     }
 
-    /// What messages call it: the manifest's path, `DIR/*.tar`, or the pattern as given.
+    /// What messages call it: the manifest's path, `DIR/*.tar` (`*.zip`, or `*.{tar,zip}` for
+    /// both), or the pattern as given.
     pub fn name(&self, dir: &Path) -> PathBuf {
         match self {
             Source::Manifest { path, .. } => path.clone(),
             Source::Shards(_) if shard::pattern::split(dir).is_some() => dir.to_path_buf(),
-            Source::Shards(_) => dir.join("*.tar"),
+            Source::Shards(shards) => {
+                let zips = shards.iter().filter(|s| s.rel.ends_with(".zip")).count();
+                dir.join(match zips {
+                    0 => "*.tar",
+                    z if z == shards.len() => "*.zip",
+                    _ => "*.{tar,zip}",
+                })
+            }
         }
     }
 }

@@ -287,7 +287,9 @@ fn unchanged(root: &Path, path: &str, old: &Descriptor) -> bool {
     match member {
         // A shard member: the shard unchanged since (its time), the range still inside it.
         Some(m) => {
-            mtime_ns == old.mtime_ns && m.range.len == old.bytes && m.range.end().is_some_and(|e| e <= bytes)
+            mtime_ns == old.mtime_ns
+                && m.part.bytes() == old.bytes
+                && m.part.range.end().is_some_and(|e| e <= bytes)
         }
         None => (bytes, mtime_ns) == (old.bytes, old.mtime_ns),
     }

@@ -39,8 +39,8 @@ pub enum Format {
     Csv,
     /// `manifest.parquet`: a Parquet table with those columns.
     Parquet,
-    /// No manifest file: WebDataset `*.tar` shards, whose samples are read from the tars
-    /// ([`crate::shard`]).
+    /// No manifest file: WebDataset `*.tar` (or `*.zip`) shards, whose samples are read from
+    /// the shards ([`crate::shard`]).
     WebDataset,
 }
 
@@ -54,7 +54,7 @@ impl Format {
             Format::Jsonl => MANIFEST_FILE,
             Format::Csv => "manifest.csv",
             Format::Parquet => "manifest.parquet",
-            Format::WebDataset => "*.tar",
+            Format::WebDataset => "*.tar / *.zip",
         }
     }
 
@@ -72,7 +72,7 @@ impl Format {
 #[non_exhaustive]
 pub enum FindError {
     /// None of the manifest files is there.
-    #[error("{dir} has no manifest (manifest.jsonl, manifest.csv or manifest.parquet; see PROTOCOL.md, \"Dataset\") and no WebDataset *.tar shards; make a manifest from a folder of media with `datahelix manifest {dir}`")]
+    #[error("{dir} has no manifest (manifest.jsonl, manifest.csv or manifest.parquet; see PROTOCOL.md, \"Dataset\") and no WebDataset *.tar or *.zip shards; make a manifest from a folder of media with `datahelix manifest {dir}`")]
     None {
         /// The dataset folder.
         dir: PathBuf,

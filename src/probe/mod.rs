@@ -27,11 +27,12 @@ use std::path::{Component, Path, PathBuf};
 
 use ffmpeg_sys_next::AVCodecID;
 
-use crate::decode::ffmpeg::{AvErrorKind, IndexEntry, Input, StreamInfo};
+use crate::decode::ffmpeg::{AvError, AvErrorKind, IndexEntry, Input, StreamInfo};
 use crate::descriptor::{Codec, Container, Descriptor, Modality, Status};
 use crate::manifest::Entry;
-use crate::shard::location::{ByteRange, MemberPath, Window};
+use crate::shard::location::{MemberPath, Window};
 use container::Structure;
+use ffmpeg_sys_next as ff;
 
 /// Largest width or height a descriptor accepts: what FFmpeg's decoders take (16384 for most).
 pub const MAX_SIDE: u32 = 16_384;
@@ -91,7 +92,8 @@ pub fn probe(dir: &Path, entry: &Entry) -> Descriptor {
         manifest_line: entry.line,
         ..Descriptor::default()
     };
-    // A member of a tar shard is probed in place: its byte range of the shard.
+    // A member of a shard is probed in place (its byte range of a tar, or a zip member's
+    // bytes, inflated when deflated).
     let member = MemberPath::parse(&entry.path);
     let path = match std::fs::canonicalize(dir)
         .map_err(|_| Status::Unreadable)
@@ -105,9 +107,9 @@ pub fn probe(dir: &Path, entry: &Entry) -> Descriptor {
     };
     match stat(&path) {
         Ok((bytes, mtime_ns)) => {
-            d.bytes = member.map_or(bytes, |m| m.range.len);
+            d.bytes = member.map_or(bytes, |m| m.part.bytes());
             d.mtime_ns = mtime_ns;
-            if member.is_some_and(|m| m.range.end().is_none_or(|e| e > bytes)) {
+            if member.is_some_and(|m| m.part.range.end().is_none_or(|e| e > bytes)) {
                 d.status = Status::Truncated;
                 return d;
             }
@@ -121,15 +123,20 @@ pub fn probe(dir: &Path, entry: &Entry) -> Descriptor {
         d.status = Status::Empty;
         return d;
     }
-    let range = member.map(|m| m.range);
-    let opened = File::open(&path).and_then(|f| match range {
-        Some(r) => Window::range(f, r),
+    let part = member.map(|m| m.part);
+    let opened = File::open(&path).and_then(|f| match part {
+        Some(p) => Window::open(f, p),
         None => Window::whole(f),
     });
     let mut file = match opened {
         Ok(f) => f,
-        Err(_) => {
-            d.status = Status::Unreadable;
+        Err(e) => {
+            // A deflated member that does not inflate to what its header says is damaged.
+            d.status = if e.kind() == std::io::ErrorKind::InvalidData {
+                Status::Corrupt
+            } else {
+                Status::Unreadable
+            };
             return d;
         }
     };
@@ -143,7 +150,7 @@ pub fn probe(dir: &Path, entry: &Entry) -> Descriptor {
     if let Some(codec) = image::sniff(&head) {
         probe_image(&mut d, codec, &head, &mut file);
     } else {
-        probe_video(&mut d, &path, range, &head, &mut file);
+        probe_video(&mut d, &path, part.is_some(), &head, &mut file);
     }
     d
 }
@@ -249,13 +256,21 @@ fn structure_of(head: &[u8], file: &mut Window, len: u64) -> Structure {
     checked.unwrap_or(Structure::Corrupt)
 }
 
-fn probe_video(d: &mut Descriptor, path: &Path, range: Option<ByteRange>, head: &[u8], file: &mut Window) {
+/// Probes the video `file` (from `path`; a shard's member when `member`, opened by FFmpeg from a
+/// second window over the same bytes).
+fn probe_video(d: &mut Descriptor, path: &Path, member: bool, head: &[u8], file: &mut Window) {
     let structure = structure_of(head, file, d.bytes);
     let known_container = container::sniff(head);
     d.container = known_container.unwrap_or(Container::Unknown);
-    let opened = match range {
-        Some(r) => Input::open_range(path, r),
-        None => Input::open(path),
+    let opened = if member {
+        file.try_clone()
+            .map_err(|e| AvError {
+                call: "dup (the shard)",
+                code: ff::AVERROR(e.raw_os_error().unwrap_or(libc::EIO)),
+            })
+            .and_then(|w| Input::open_window(path, w))
+    } else {
+        Input::open(path)
     };
     let mut input = match opened {
         Ok(i) => i,

@@ -1,7 +1,7 @@
-//! WebDataset tar shards as a dataset: a folder of `*.tar` files (in it or its subfolders,
-//! [`list`]), or a brace pattern of them
-//! (`data/train-{000000..000127}.tar`, [`pattern`]), one sample a group of members sharing a key
-//! (`000017.mp4`, `000017.json`, `000017.txt`, `000017.cls`), read in place.
+//! WebDataset shards as a dataset: a folder of `*.tar` (or `*.zip`) files, in it or its
+//! subfolders ([`list`]), or a brace pattern of them (`data/train-{000000..000127}.tar`,
+//! [`pattern`]), one sample a group of members sharing a key (`000017.mp4`, `000017.json`,
+//! `000017.txt`, `000017.cls`), read in place.
 //!
 //! ```no_run
 //! use datahelix::shard::{entries, list};
@@ -28,8 +28,15 @@
 //! `text_tokens` are the sample's, else the id is a hash of shard name and key ([`id_of`]) and
 //! `text_tokens` the caption's words.
 //!
+//! Zip archives, as several public video sets ship them (a folder of clips zipped whole), are
+//! read the same way ([`zip`]): a clip with no json, txt or cls beside it is a sample of its
+//! own, keyed by its path. A member stored uncompressed (`zip -0`) is read in place like a tar
+//! member; a deflated one (`zip`'s default) is inflated into memory and checked (its size and
+//! CRC-32) each time it is probed or decoded, so media are best stored (`zip -n .mp4:.mkv:.webm`).
+//!
 //! Nothing in a shard is trusted: a damaged header ends that shard's listing with an error
-//! naming the shard and byte ([`tar::Damage`]), and the samples before it are indexed; a sample
+//! naming the shard and byte ([`tar::Damage`]), and the samples before it are indexed (a zip's
+//! damaged entries are named one by one, [`zip::Listing::damaged`]); a sample
 //! without a media member, with a metadata member that is not what its extension says, or with
 //! one larger than [`MAX_META_BYTES`] is an error naming shard and key; a media member that does
 //! not decode is the probe's to report, like a loose file.
@@ -37,16 +44,17 @@
 pub mod location;
 pub mod pattern;
 pub mod tar;
+pub mod zip;
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 use sha2::Digest;
 
 use crate::manifest::{Entry, Format, LineError, Manifest};
-use location::{ByteRange, MemberPath};
+use location::{MemberPath, Part, Window, SHARD_EXTENSIONS};
 
 /// Extensions of media members, in the order a sample's media member is chosen.
 pub const MEDIA: [&str; 8] = ["mp4", "m4v", "mov", "mkv", "webm", "jpg", "jpeg", "png"];
@@ -66,7 +74,16 @@ pub struct Shard {
 /// How many folders deep below the dataset folder [`list`] looks for shards.
 pub const MAX_DEPTH: usize = 8;
 
-/// The shards of dataset folder `dir`: its `*.tar` files and those of its subfolders (as public
+/// Endings of compressed tars, named when met (they are not read: [`list`]).
+const COMPRESSED_TARS: [&str; 8] =
+    [".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar.lz4"];
+
+/// Whether `name` is a shard's file name: it ends in `.tar` or `.zip`.
+pub fn is_shard_name(name: &str) -> bool {
+    SHARD_EXTENSIONS.iter().any(|e| name.ends_with(e))
+}
+
+/// The shards of dataset folder `dir`: its `*.tar` / `*.zip` files and those of its subfolders (as public
 /// datasets ship them: `train/000000.tar`, `val/000000.tar`), up to [`MAX_DEPTH`] folders
 /// down, sorted by path. Hidden files and folders are left out, and links to folders are not
 /// followed (a link cannot make the walk loop); names holding `#` cannot be indexed and are
@@ -106,7 +123,15 @@ fn list_into(folder: &Path, prefix: &str, depth: usize, out: &mut Vec<Shard>) ->
             }
             continue;
         }
-        if !name.ends_with(".tar") {
+        if !is_shard_name(name) {
+            if COMPRESSED_TARS.iter().any(|e| name.ends_with(e)) {
+                tracing::warn!(
+                    "{}: a compressed tar cannot be read in place (a member is reached only by \
+                     decompressing all before it); decompress it (`gunzip -k`, `zstd -d`, `xz -dk`) \
+                     and index again — left out",
+                    entry.path().display()
+                );
+            }
             continue;
         }
         if rel.contains('#') {
@@ -135,9 +160,9 @@ pub fn list_pattern(folder: &Path, pattern: &str) -> Result<Vec<Shard>, String> 
     for name in names {
         // Names stay beneath the folder: no empty, `.` or `..` component.
         let beneath = name.split('/').all(|c| !matches!(c, "" | "." | ".."));
-        if name.contains('#') || !name.ends_with(".tar") || !beneath {
+        if name.contains('#') || !is_shard_name(&name) || !beneath {
             return Err(format!(
-                "{pattern}: {name} is not a shard name (it must end in .tar, hold no '#' and stay inside \
+                "{pattern}: {name} is not a shard name (it must end in .tar or .zip, hold no '#' and stay inside \
                  the folder: no '.', '..' or empty components)"
             ));
         }
@@ -212,31 +237,61 @@ fn shard_entries(root: &Path, shard: &Shard) -> Manifest {
         Ok(f) => f,
         Err(e) => return one_error(&shard.rel, format!("cannot be read: {e}")),
     };
-    let listing = match tar::members(&file) {
-        Ok(l) => l,
-        Err(e) => return one_error(&shard.rel, format!("cannot be read: {e}")),
+    // What the listing itself found damaged, named after the samples' own errors.
+    let mut damage = Vec::new();
+    let items: Vec<Item> = if shard.rel.ends_with(".zip") {
+        match zip::members(&file) {
+            Ok(l) => {
+                for reason in l.damaged {
+                    damage.push(error(
+                        &shard.rel,
+                        None,
+                        format!("{reason}; the rest of the archive is indexed"),
+                    ));
+                }
+                l.members.into_iter().map(|m| Item { name: m.name, part: m.part }).collect()
+            }
+            Err(e) => return one_error(&shard.rel, format!("cannot be read as a zip archive: {e}")),
+        }
+    } else {
+        match tar::members(&file) {
+            Ok(l) => {
+                if let Some(d) = l.damage {
+                    damage.push(error(
+                        &shard.rel,
+                        None,
+                        format!("{d}; the samples before it are indexed, the rest of the shard is not (rewrite the shard)"),
+                    ));
+                }
+                l.members
+                    .into_iter()
+                    .map(|m| Item { name: m.name, part: Part::stored(m.offset, m.size) })
+                    .collect()
+            }
+            Err(e) => return one_error(&shard.rel, format!("cannot be read: {e}")),
+        }
     };
     let mut out = Manifest::default();
-    for group in group_by_key(&listing.members) {
+    for group in group_by_key(&items) {
         match sample_of(&file, &shard.rel, &group) {
             Ok(e) => out.entries.push(e),
             Err(reason) => out.errors.push(error(&shard.rel, Some(group.key), reason)),
         }
     }
-    if let Some(damage) = listing.damage {
-        out.errors.push(error(
-            &shard.rel,
-            None,
-            format!("{damage}; the samples before it are indexed, the rest of the shard is not (rewrite the shard)"),
-        ));
-    }
+    out.errors.append(&mut damage);
     out
+}
+
+/// A regular file of a shard, tar or zip.
+struct Item {
+    name: String,
+    part: Part,
 }
 
 /// Consecutive members sharing a key.
 struct Group<'a> {
     key: &'a str,
-    members: Vec<(&'a str, &'a tar::Member)>,
+    members: Vec<(&'a str, &'a Item)>,
 }
 
 /// WebDataset's `base_plus_ext`: `dir/stem` up to the first dot of the last component, and the
@@ -247,7 +302,7 @@ fn key_and_ext(name: &str) -> Option<(&str, &str)> {
     (dot > base_start).then(|| (&name[..dot], &name[dot + 1..]))
 }
 
-fn group_by_key(members: &[tar::Member]) -> Vec<Group<'_>> {
+fn group_by_key(members: &[Item]) -> Vec<Group<'_>> {
     let mut groups: Vec<Group<'_>> = Vec::new();
     for m in members {
         let Some((key, ext)) = key_and_ext(&m.name) else { continue };
@@ -281,14 +336,18 @@ fn sample_of(file: &File, shard: &str, g: &Group<'_>) -> Result<Entry, String> {
     let read = |ext: &str| -> Result<Option<String>, String> {
         let Some(k) = lower.iter().position(|e| e == ext) else { return Ok(None) };
         let m = g.members[k].1;
-        if m.size > MAX_META_BYTES {
+        let size = m.part.bytes();
+        if size > MAX_META_BYTES || m.part.range.len > MAX_META_BYTES {
             return Err(format!(
-                "{} is {} bytes, more than the {MAX_META_BYTES} read as metadata",
-                m.name, m.size
+                "{} is {size} bytes, more than the {MAX_META_BYTES} read as metadata",
+                m.name
             ));
         }
-        let mut bytes = vec![0u8; m.size as usize];
-        file.read_exact_at(&mut bytes, m.offset).map_err(|e| format!("cannot read {}: {e}", m.name))?;
+        let mut bytes = Vec::with_capacity(size as usize);
+        file.try_clone()
+            .and_then(|f| Window::open(f, m.part))
+            .and_then(|mut w| w.read_to_end(&mut bytes))
+            .map_err(|e| format!("cannot read {}: {e}", m.name))?;
         String::from_utf8(bytes).map(Some).map_err(|_| format!("{} is not UTF-8 text", m.name))
     };
     let mut object = match read("json")? {
@@ -327,7 +386,7 @@ fn sample_of(file: &File, shard: &str, g: &Group<'_>) -> Result<Entry, String> {
     let m = g.members[media].1;
     Ok(Entry {
         id,
-        path: MemberPath::format(shard, &m.name, ByteRange { offset: m.offset, len: m.size }),
+        path: MemberPath::format(shard, &m.name, m.part),
         text_tokens: stated_tokens.unwrap_or(u32::try_from(words).unwrap_or(u32::MAX)),
         line: 0,
         extra: crate::manifest::extra_object(object),

@@ -9,9 +9,9 @@ use std::time::Instant;
 
 use ffmpeg_sys_next as ff;
 
-use super::io::RangeIo;
+use super::io::WindowIo;
 use super::{check, init, AvError, Packet};
-use crate::shard::location::ByteRange;
+use crate::shard::location::Window;
 
 /// What the container says about one stream, copied out of FFmpeg's structs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,9 +50,9 @@ pub struct Input {
     /// callback through the context's `opaque` pointer, so boxed (it must not move) and dropped
     /// after the context (field order).
     deadline: Box<Deadline>,
-    /// The I/O context of an input opened on a byte range ([`Input::open_range`]): freed after
+    /// The I/O context of an input opened on a window ([`Input::open_window`]): freed after
     /// the format context is closed (`Drop` closes it before any field is dropped).
-    _io: Option<RangeIo>,
+    _io: Option<WindowIo>,
 }
 
 /// A deadline FFmpeg's interrupt callback reads: nanoseconds after [`epoch`], `u64::MAX` for none.
@@ -95,18 +95,14 @@ impl Input {
         Input::open_with(path, None)
     }
 
-    /// [`Input::open`] of the bytes `range` of `path`, read as if they were the whole file
-    /// (a member inside a tar shard): FFmpeg reads through a custom I/O context that never
-    /// leaves the range.
-    pub fn open_range(path: &Path, range: ByteRange) -> Result<Input, AvError> {
-        let file = std::fs::File::open(path).map_err(|e| AvError {
-            call: "open (the shard)",
-            code: ff::AVERROR(e.raw_os_error().unwrap_or(libc::EIO)),
-        })?;
-        Input::open_with(path, Some(RangeIo::new(file, range)?))
+    /// [`Input::open`] of the bytes of `window` (a member of a tar or zip shard, from `path`),
+    /// read as if they were the whole file: FFmpeg reads through a custom I/O context that
+    /// never leaves the window.
+    pub fn open_window(path: &Path, window: Window) -> Result<Input, AvError> {
+        Input::open_with(path, Some(WindowIo::new(window)?))
     }
 
-    fn open_with(path: &Path, mut io: Option<RangeIo>) -> Result<Input, AvError> {
+    fn open_with(path: &Path, mut io: Option<WindowIo>) -> Result<Input, AvError> {
         init();
         let c_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| AvError {
             call: "avformat_open_input (path holds a NUL byte)",

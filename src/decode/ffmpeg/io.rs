@@ -1,29 +1,22 @@
-//! FFmpeg reading a byte range of a file as if it were the whole file: a custom `AVIOContext`
-//! whose read and seek callbacks never leave the range (a member inside a tar shard).
+//! FFmpeg reading a [`Window`] as if it were the whole file: a custom `AVIOContext` whose read
+//! and seek callbacks never leave the window (a member of a tar or zip shard, in place or
+//! inflated).
 
 use std::ffi::{c_int, c_void};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::io::{Read, Seek, SeekFrom};
 use std::ptr::NonNull;
 
 use ffmpeg_sys_next as ff;
 
 use super::AvError;
-use crate::shard::location::ByteRange;
+use crate::shard::location::Window;
 
 /// Bytes FFmpeg reads at a time through the context.
 const BUFFER_BYTES: usize = 64 * 1024;
 
-/// What the callbacks read: the file, the range, the position within it.
-struct Window {
-    file: File,
-    range: ByteRange,
-    pos: u64,
-}
-
-/// An `AVIOContext` over a range of a file, owned. Handed to a format context as its `pb`; it
-/// must outlive that context (the [`super::Input`] holding both drops the context first).
-pub(crate) struct RangeIo {
+/// An `AVIOContext` over a window, owned. Handed to a format context as its `pb`; it must
+/// outlive that context (the [`super::Input`] holding both drops the context first).
+pub(crate) struct WindowIo {
     ctx: NonNull<ff::AVIOContext>,
     /// Read by the callbacks through the context's `opaque`: boxed so that it does not move,
     /// and dropped after the context is freed.
@@ -32,19 +25,12 @@ pub(crate) struct RangeIo {
 
 // SAFETY: the context and its window are used by one thread at a time, through the Input that
 // owns them (`&mut self` on every reading method); nothing in them is tied to a thread.
-unsafe impl Send for RangeIo {}
+unsafe impl Send for WindowIo {}
 
-impl RangeIo {
-    /// A context reading `range` of `file`; an error when the range lies past the file's end.
-    pub(crate) fn new(file: File, range: ByteRange) -> Result<RangeIo, AvError> {
-        let len = file.metadata().map_or(0, |m| m.len());
-        if range.end().is_none_or(|e| e > len) {
-            return Err(AvError {
-                call: "open_range (the range lies past the file's end)",
-                code: ff::AVERROR_EOF,
-            });
-        }
-        let mut window = Box::new(Window { file, range, pos: 0 });
+impl WindowIo {
+    /// A context reading `window` from its start.
+    pub(crate) fn new(window: Window) -> Result<WindowIo, AvError> {
+        let mut window = Box::new(window);
         // SAFETY: av_malloc returns BUFFER_BYTES bytes or NULL.
         let buffer = unsafe { ff::av_malloc(BUFFER_BYTES) }.cast::<u8>();
         if buffer.is_null() {
@@ -63,7 +49,7 @@ impl RangeIo {
             unsafe { ff::av_freep((&mut b as *mut *mut c_void).cast::<c_void>()) };
             return Err(AvError { call: "avio_alloc_context", code: ff::AVERROR(libc::ENOMEM) });
         };
-        Ok(RangeIo { ctx, _window: window })
+        Ok(WindowIo { ctx, _window: window })
     }
 
     /// The context, for a format context's `pb`.
@@ -72,7 +58,7 @@ impl RangeIo {
     }
 }
 
-impl Drop for RangeIo {
+impl Drop for WindowIo {
     fn drop(&mut self) {
         let mut ctx = self.ctx.as_ptr();
         // SAFETY: ctx is the context made in new, no longer used by any format context (the
@@ -87,22 +73,17 @@ impl Drop for RangeIo {
 
 /// FFmpeg's read callback: up to `size` bytes at the window's position, `AVERROR_EOF` at its end.
 unsafe extern "C" fn read(opaque: *mut c_void, buf: *mut u8, size: c_int) -> c_int {
-    // SAFETY: opaque is the boxed Window of the RangeIo whose context calls us; only this
+    // SAFETY: opaque is the boxed Window of the WindowIo whose context calls us; only this
     // context's callbacks touch it, one at a time.
     let w = unsafe { &mut *opaque.cast::<Window>() };
-    let left = w.range.len.saturating_sub(w.pos);
-    let n = (size.max(0) as u64).min(left) as usize;
-    if n == 0 {
+    if size <= 0 {
         return ff::AVERROR_EOF;
     }
-    // SAFETY: FFmpeg hands a buffer of at least `size` bytes, and n <= size.
-    let out = unsafe { std::slice::from_raw_parts_mut(buf, n) };
-    match w.file.read_at(out, w.range.offset + w.pos) {
+    // SAFETY: FFmpeg hands a buffer of at least `size` bytes.
+    let out = unsafe { std::slice::from_raw_parts_mut(buf, size as usize) };
+    match w.read(out) {
         Ok(0) => ff::AVERROR_EOF,
-        Ok(k) => {
-            w.pos += k as u64;
-            k as c_int
-        }
+        Ok(k) => k as c_int,
         Err(e) => ff::AVERROR(e.raw_os_error().unwrap_or(libc::EIO)),
     }
 }
@@ -112,19 +93,16 @@ unsafe extern "C" fn seek(opaque: *mut c_void, offset: i64, whence: c_int) -> i6
     // SAFETY: as in `read`.
     let w = unsafe { &mut *opaque.cast::<Window>() };
     if whence & ff::AVSEEK_SIZE != 0 {
-        return w.range.len as i64;
+        return w.len() as i64;
     }
-    let base = match whence & !ff::AVSEEK_FORCE {
-        libc::SEEK_SET => 0,
-        libc::SEEK_CUR => w.pos as i64,
-        libc::SEEK_END => w.range.len as i64,
+    let to = match whence & !ff::AVSEEK_FORCE {
+        libc::SEEK_SET if offset >= 0 => SeekFrom::Start(offset as u64),
+        libc::SEEK_CUR => SeekFrom::Current(offset),
+        libc::SEEK_END => SeekFrom::End(offset),
         _ => return ff::AVERROR(libc::EINVAL) as i64,
     };
-    match base.checked_add(offset) {
-        Some(p) if p >= 0 => {
-            w.pos = p as u64;
-            p
-        }
+    match w.seek(to) {
+        Ok(p) if p <= i64::MAX as u64 => p as i64,
         _ => ff::AVERROR(libc::EINVAL) as i64,
     }
 }
