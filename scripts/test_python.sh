@@ -6,7 +6,8 @@
 #      close (also under PYTHONMALLOC=debug), bytes equal to `datahelix decode`'s, exactly once
 #      per epoch, and resume from `state_dict()` in a new process (its first steps prepared at
 #      open; also from two ranks' states that disagree on the learned models: a version-1 state,
-#      python/tests/state_v1.py, beside a version-3 one); replica groups (`replica_ranks`), also
+#      python/tests/state_v1.py, beside a version-3 one); a weighted mix of the dataset's folders
+#      (`mix`); replica groups (`replica_ranks`), also
 #      over HCCL from a second package built with the hccl feature (on the project's emulator);
 #   3. in the project's environment (.venv, with torch): DDP over gloo through datahelix.torch
 #      (also with late ranks, and with the first steps decoded during an emulated model load:
@@ -69,6 +70,11 @@ step "the same under PYTHONMALLOC=debug, policy rank-local"
 PYTHONMALLOC=debug mpirun -np 2 "$py" python/tests/keep_arrays.py --data "$work/tiny" --out "$work/debug" \
   --policy rank-local
 checks --run "$work/debug"
+
+step "a weighted mix of the dataset's folders: mix=\"videos=1,images=1\" (mpirun -np 2)"
+mkdir -p "$work/mix"
+mpirun -np 2 "$py" python/tests/mix.py --data "$work/tiny" --out "$work/mix"
+"$py" python/tests/mix.py --data "$work/tiny" --out "$work/mix" --check
 
 step "replica groups: replica_ranks=2, byte-identical batches and states (mpirun -np 2)"
 mkdir -p "$work/replicas"

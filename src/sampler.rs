@@ -13,10 +13,15 @@
 //! assert_eq!(sampler.global_batch(5, 1)[0], sampler.epoch_order(1)[0]);
 //! ```
 //!
+//! A [`mix::Mix`] draws the batches from a dataset's groups at chosen rates instead
+//! ([`Sampler::mixed`]): outside the protocol, which draws uniformly.
+//!
 //! Every policy sees the same global batches; policies change only how a batch is split across
 //! ranks and where its samples are decoded. The batches depend only on the ids, the seed and the
 //! step, so a run resumed at step s (at any world size) continues with the batches of a run that
 //! never stopped.
+
+pub mod mix;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -78,17 +83,24 @@ pub struct Sampler {
     first: Arc<[u64]>,
     /// The last later epoch asked for, and its order.
     recent: Mutex<Option<(u64, Arc<[u64]>)>>,
+    /// The weighted mixture of groups the batches are drawn from, if any ([`Sampler::mixed`]).
+    mixture: Option<Arc<mix::Mixture>>,
 }
 
 impl Clone for Sampler {
     fn clone(&self) -> Sampler {
-        Sampler { seed: self.seed, first: self.first.clone(), recent: Mutex::new(self.recent_order()) }
+        Sampler {
+            seed: self.seed,
+            first: self.first.clone(),
+            recent: Mutex::new(self.recent_order()),
+            mixture: self.mixture.clone(),
+        }
     }
 }
 
 impl PartialEq for Sampler {
     fn eq(&self, other: &Sampler) -> bool {
-        self.seed == other.seed && self.first == other.first
+        self.seed == other.seed && self.first == other.first && self.mixture == other.mixture
     }
 }
 
@@ -97,7 +109,27 @@ impl Eq for Sampler {}
 impl Sampler {
     /// The sampler of `ids` (in any order; duplicates are kept) under `seed`.
     pub fn new(ids: &[u64], seed: u64) -> Sampler {
-        Sampler { seed, first: ordered(ids, seed), recent: Mutex::new(None) }
+        Sampler { seed, first: ordered(ids, seed), recent: Mutex::new(None), mixture: None }
+    }
+
+    /// The sampler drawing from the groups `groups` (name, ids) as `mix` weights them
+    /// ([`mix`]); an error naming a group of the mix that `groups` lacks. Its epoch (its
+    /// [`Sampler::len`]) is the named groups' samples, nominally: each group cycles on its own.
+    pub fn mixed(mix: &mix::Mix, groups: &[(String, Vec<u64>)], seed: u64) -> Result<Sampler, String> {
+        let mixture = mix::Mixture::new(mix, groups, seed)?;
+        let named: Vec<u64> = groups
+            .iter()
+            .filter(|(name, _)| mix.weights().iter().any(|(n, _)| n == name))
+            .flat_map(|(_, ids)| ids.iter().copied())
+            .collect();
+        Ok(Sampler { mixture: Some(Arc::new(mixture)), ..Sampler::new(&named, seed) })
+    }
+
+    /// The id at global-batch position `p` of the uniform draw: element `p mod N` of epoch
+    /// `p div N`'s order (the dataset must not be empty).
+    fn at(&self, p: u64) -> u64 {
+        let n = self.first.len() as u64;
+        self.epoch_order(p / n)[(p % n) as usize]
     }
 
     /// The seed.
@@ -145,12 +177,16 @@ impl Sampler {
 
     /// The global batch of `step`: positions `step·G .. step·G + G − 1`, position p taking element
     /// `p mod N` of epoch `p div N`'s order. Empty when the dataset is.
+    /// With a mixture, position p is drawn from the groups instead ([`mix`]).
     pub fn global_batch(&self, step: u64, global_batch: usize) -> Vec<u64> {
         let n = self.first.len() as u64;
         if n == 0 {
             return Vec::new();
         }
         let start = step.wrapping_mul(global_batch as u64);
+        if let Some(m) = &self.mixture {
+            return (0..global_batch as u64).map(|k| m.at(start.wrapping_add(k))).collect();
+        }
         let mut batch = Vec::with_capacity(global_batch);
         let mut epoch = u64::MAX;
         let mut order = self.first.clone();

@@ -311,3 +311,56 @@ fn tampered_foreign_truncated_and_missing_states_are_refused() {
     assert!(!o.status.success() && err.contains("samples: state 24, this dataset 23"), "{err}");
     assert!(err.contains("manifest_sha256: state"), "{err}");
 }
+
+/// The skewed set's (id, path) rows.
+fn rows() -> Vec<(u64, String)> {
+    std::fs::read_to_string(dataset().join("manifest.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (v["id"].as_u64().unwrap(), v["path"].as_str().unwrap().to_owned())
+        })
+        .collect()
+}
+
+/// A mix draws its groups (the folders `images/` and `videos/`) by weight at every step, the
+/// few images up-sampled to half of each batch; a run resumed from its state, at another world
+/// size, draws the batches of the run that never stopped; resuming without the mix, or naming
+/// a group the dataset lacks, is refused before any step, named.
+#[test]
+fn a_mixed_run_draws_by_weight_and_resumes_the_same_batches() {
+    use datahelix::sampler::mix::{groups_of, Mix};
+    let rows = rows();
+    let images: Vec<u64> = rows.iter().filter(|(_, p)| p.starts_with("images/")).map(|(id, _)| *id).collect();
+    assert!((2..8).contains(&images.len()), "{} images: the test wants a few", images.len());
+    let mix: Mix = "videos=1,images=1".parse().unwrap();
+    let sampler = Sampler::mixed(&mix, &groups_of(rows.iter().map(|(id, p)| (*id, p.as_str()))), 0).unwrap();
+    let whole =
+        batches(&train_ok(2, "helix", &["--steps", &STEPS.to_string(), "--mix", "videos=1,images=1"]));
+    assert_eq!(whole.len() as u64, STEPS);
+    for (step, (ids, _)) in &whole {
+        let mut want = sampler.global_batch(*step, GLOBAL_BATCH);
+        want.sort_unstable();
+        assert_eq!(ids, &want, "step {step}");
+        assert_eq!(ids.iter().filter(|id| images.contains(id)).count(), GLOBAL_BATCH / 2, "step {step}");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("mixed.json");
+    let state_arg = state.to_str().unwrap();
+    train_ok(2, "helix", &["--steps", "4", "--mix", "images=1,videos=1", "--save-state", state_arg]);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(doc["mix"], "images=1,videos=1");
+    let rest = batches(&train_ok(
+        4,
+        "helix",
+        &["--steps", &STEPS.to_string(), "--mix", "images=1,videos=1", "--resume", state_arg],
+    ));
+    assert_eq!(rest.keys().copied().collect::<Vec<_>>(), (4..STEPS).collect::<Vec<_>>());
+    for (step, (ids, _)) in &rest {
+        assert_eq!(ids, &whole[step].0, "step {step}, resumed at 4 ranks");
+    }
+    refused(&["--resume", state_arg], "mix: state images=1,videos=1, this run none (uniform)");
+    refused(&["--mix", "audio=2,videos=1"], "the mix names group \"audio\", which holds no samples");
+}

@@ -157,7 +157,7 @@ fn arb_state() -> impl Strategy<Value = LoaderState> {
         "[0-9a-f]{64}",
     )
         .prop_map(|(seed, next_step, policy, global_batch, samples, m, i)| {
-            let dataset = DatasetId { samples, manifest_sha256: m, index_sha256: i };
+            let dataset = DatasetId { samples, manifest_sha256: m, index_sha256: i, mix: None };
             LoaderState::new(seed, next_step, policy.name(), global_batch, dataset)
         })
 }
@@ -450,7 +450,7 @@ fn a_huge_resume_document_gives_a_short_message() {
         2,
         "helix",
         4,
-        DatasetId { samples: 10, manifest_sha256: "0".repeat(64), index_sha256: "1".repeat(64) },
+        DatasetId { samples: 10, manifest_sha256: "0".repeat(64), index_sha256: "1".repeat(64), mix: None },
     );
     let padded = state.to_json().replacen('{', &format!("{{{}", " ".repeat(1 << 20)), 1);
     for doc in ["x".repeat(1 << 20), "{".repeat(1 << 20), padded[..padded.len() - 2].to_string()] {
@@ -482,7 +482,7 @@ fn a_huge_value_gives_a_short_message() {
         2,
         "helix",
         4,
-        DatasetId { samples: 10, manifest_sha256: "0".repeat(64), index_sha256: "1".repeat(64) },
+        DatasetId { samples: 10, manifest_sha256: "0".repeat(64), index_sha256: "1".repeat(64), mix: None },
     );
     let text = state.to_json();
     let huge = "A".repeat(1 << 20);

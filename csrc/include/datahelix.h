@@ -368,6 +368,8 @@ dh_result dh_config_from_file(const char *path, struct dh_config **config_out);
  * index`), `index_dir` (the folder of its index when not inside the dataset, as `datahelix
  * index --index-dir`; default `DATAHELIX_INDEX_DIR`, else the dataset's `.datahelix/`), `policy` (`helix`, `rank-local`, `actor-pool`, `post-balance`, `helix-batching`,
  * `helix-placement`), `global_batch`, `workers` (decode workers across all ranks), `seed`,
+ * `mix` (draw the global batches from the dataset's groups — the first folders of its samples'
+ * paths — at integer weights, `video=3,image=1`, instead of uniformly; empty: uniform),
  * `steps` (steps the run takes; `dh_loader_next` returns `DH_END` after them; default: no
  * limit), `warmup` (first steps left out of `dh_loader_metrics`), `lookahead`, `budget_mib`,
  * `cpu_budget` (`true`/`false`: confine decode workers to a cgroup), `cores`, `job`,

@@ -21,7 +21,9 @@ The arrays are writable (the batch is the caller's once delivered).
 
 Settings are the keys of the C ABI's ``dh_config_set`` (docs/c-abi.md): ``data``, ``policy``,
 ``global_batch``, ``workers``, ``steps``, ``seed``, ``lookahead``, ``budget_mib``,
-``cpu_budget``, ``cores``, ``max_frames``, ``max_pixels``, ``collective_timeout_s`` and the rest
+``cpu_budget``, ``cores``, ``max_frames``, ``max_pixels``, ``collective_timeout_s``,
+``mix`` (``mix="video=3,image=1"``: the global batches drawn from the dataset's first folders at
+those weights) and the rest
 (``backend="hccl"``: the loader's collectives on Ascend devices, in a package built with
 ``MATURIN_PEP517_ARGS="--features hccl" pip install ./python``).
 Every failure raises :class:`datahelix.Error` with the library's code and message.

@@ -48,6 +48,10 @@ pub struct TrainArgs {
     /// Seed of the sampler and the accelerator noise.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Draw the global batches from the dataset's groups (the first folders of its samples'
+    /// paths) at these integer weights instead of uniformly: `video=3,image=1`.
+    #[arg(long)]
+    pub mix: Option<crate::sampler::mix::Mix>,
     /// The hidden model profile c0,a,b,sigma (seconds).
     #[arg(long, default_value = "0.05,2e-5,2e-9,0.05")]
     pub profile: Profile,
@@ -224,6 +228,7 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
     cfg.global_batch = args.global_batch;
     cfg.workers = args.workers;
     cfg.seed = args.seed;
+    cfg.mix = args.mix.clone();
     cfg.steps = args.steps;
     cfg.lookahead = args.lookahead;
     cfg.split_above_s = args.split_above;
@@ -421,6 +426,9 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         "setup_s": args.setup_s,
         "prepare_at_open": args.prepare_at_open,
     });
+    if let Some(mix) = &args.mix {
+        params["mix"] = json!(mix.to_string());
+    }
     if group > 1 {
         params["replica_ranks"] = json!(group);
         params["world_ranks"] = json!(world_ranks);

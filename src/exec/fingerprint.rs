@@ -77,6 +77,8 @@ pub struct JobFacts<'a> {
     pub plan_group_ranks: u32,
     /// Late ranks on (every rank must send and receive late pieces alike).
     pub late_pieces: bool,
+    /// The mix the batches are drawn by (`None`: uniform), in its one written form.
+    pub mix: Option<&'a str>,
 }
 
 impl Fingerprint {
@@ -109,6 +111,7 @@ impl Fingerprint {
             ("measure_transfer", job.measure_transfer as u64),
             ("plan_group_ranks", job.plan_group_ranks as u64),
             ("late_pieces", job.late_pieces as u64),
+            ("mix", job.mix.map_or(0, text_hash)),
         ])
     }
 
@@ -134,6 +137,7 @@ impl Fingerprint {
             measure_transfer: false,
             plan_group_ranks: 0,
             late_pieces: false,
+            mix: None,
         });
         f.fields.iter_mut().for_each(|f| f.1 = 0);
         f
@@ -337,6 +341,7 @@ mod tests {
             measure_transfer: false,
             plan_group_ranks: 0,
             late_pieces: false,
+            mix: None,
         };
         let a = Fingerprint::of(&facts("helix"));
         assert_eq!(a, Fingerprint::of(&facts("helix")), "a pure function of the facts");

@@ -63,6 +63,7 @@ use crate::index::{Index, IndexError};
 use crate::metrics::Span;
 use crate::plan::{PlanInput, TransferCost};
 use crate::policy::{self, Policy};
+use crate::sampler::Sampler;
 use crate::step::{Action, Agreed, AgreedConfig, Call, Catalog, Engine, Event, PartKey, StepError};
 
 pub use crate::step::Counters;
@@ -83,6 +84,10 @@ pub struct LoaderConfig {
     pub workers: usize,
     /// Sampler seed.
     pub seed: u64,
+    /// Draw the global batches from the dataset's groups (the first folders of its samples'
+    /// paths) at these weights instead of uniformly ([`crate::sampler::mix`]); `None`: the
+    /// protocol's uniform draw.
+    pub mix: Option<crate::sampler::mix::Mix>,
     /// Steps the run will take (nothing is planned beyond).
     pub steps: u64,
     /// Steps decoded ahead of the one in training (the DataLoader's prefetch: while step `s`
@@ -164,6 +169,7 @@ impl LoaderConfig {
             global_batch: 16,
             workers: 4,
             seed: 0,
+            mix: None,
             steps: u64::MAX,
             lookahead: DEFAULT_LOOKAHEAD,
             params: Params::default(),
@@ -402,7 +408,8 @@ fn hex(bytes: &[u8]) -> String {
 /// A dataset opened for a loader, and where it starts.
 struct OpenedDataset {
     index: Index,
-    ids: Vec<u64>,
+    /// What the global batches are drawn from: the index's ids, uniformly or by the mix.
+    sampler: Sampler,
     dataset: DatasetId,
     index_sha256: [u8; 32],
     first_step: u64,
@@ -419,24 +426,30 @@ impl Loader<'_> {
         if cfg.global_batch == 0 || cfg.workers == 0 || cfg.lookahead == 0 {
             return Err(ExecError::Invalid("global batch, workers and lookahead must be at least 1".into()));
         }
-        let mut ids = Vec::with_capacity(index.len());
+        let mut samples = Vec::with_capacity(index.len());
         for i in 0..index.len() {
             let d = index.get(i)?;
             if d.status != crate::descriptor::Status::DuplicateId {
-                ids.push(d.id);
+                samples.push((d.id, index.path(i)?));
             }
         }
-        if ids.is_empty() {
+        if samples.is_empty() {
             return Err(ExecError::Invalid(format!(
                 "{} holds no samples; run `datahelix index` on a dataset",
                 cfg.data.display()
             )));
         }
+        let sampler = match &cfg.mix {
+            None => Sampler::new(&samples.iter().map(|&(id, _)| id).collect::<Vec<u64>>(), cfg.seed),
+            Some(mix) => Sampler::mixed(mix, &crate::sampler::mix::groups_of(samples), cfg.seed)
+                .map_err(|e| ExecError::Invalid(format!("{}: {e}", cfg.data.display())))?,
+        };
         let index_sha256 = index.content_sha256()?;
         let dataset = DatasetId {
-            samples: ids.len() as u64,
+            samples: sampler.len() as u64,
             manifest_sha256: hex(&index.manifest_sha256()),
             index_sha256: hex(&index_sha256),
+            mix: cfg.mix.as_ref().map(ToString::to_string),
         };
         let first_step = match resume {
             Some(state) => {
@@ -456,7 +469,7 @@ impl Loader<'_> {
         }
         let learned = resume.and_then(|s| s.learned.clone());
         let skips = resume.and_then(|s| s.skips.clone());
-        Ok(OpenedDataset { index, ids, dataset, index_sha256, first_step, learned, skips })
+        Ok(OpenedDataset { index, sampler, dataset, index_sha256, first_step, learned, skips })
     }
 }
 
@@ -694,6 +707,7 @@ impl<'w> Loader<'w> {
                 measure_transfer: cfg.measure_transfer,
                 plan_group_ranks: cfg.plan_group_ranks,
                 late_pieces: cfg.late_pieces,
+                mix: ds.dataset.mix.as_deref(),
             }),
             Err(_) => Fingerprint::unready(),
         };
@@ -707,7 +721,7 @@ impl<'w> Loader<'w> {
     /// CPU group, decode pool and step engine. Collective.
     fn start(world: WorldRef<'w>, cfg: LoaderConfig, ds: OpenedDataset) -> Result<Loader<'w>, ExecError> {
         let rank = world.get().rank();
-        let OpenedDataset { index, ids, dataset, first_step, learned, skips, .. } = ds;
+        let OpenedDataset { index, sampler, dataset, first_step, learned, skips, .. } = ds;
         let mut cfg = cfg;
         if cfg.measure_transfer {
             cfg.transfer = super::links::measure_transfer_model(world.get())?;
@@ -744,7 +758,7 @@ impl<'w> Loader<'w> {
             0
         };
         let plan_dump = std::env::var_os("DATAHELIX_PLAN_DUMP").map(PathBuf::from);
-        let mut agreed = Agreed::new(cfg.agreed(ranks), &ids, ranks);
+        let mut agreed = Agreed::with_sampler(cfg.agreed(ranks), sampler, ranks);
         resume_learned(world.get(), &mut agreed, learned)?;
         resume_skips(world.get(), &mut agreed, skips)?;
         agreed.place_only_for(rank);

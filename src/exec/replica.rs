@@ -774,8 +774,12 @@ mod tests {
     #[test]
     fn a_followers_state_is_its_leaders_checked() {
         use crate::exec::state::DatasetId;
-        let dataset =
-            DatasetId { samples: 96, manifest_sha256: "ab".repeat(32), index_sha256: "cd".repeat(32) };
+        let dataset = DatasetId {
+            samples: 96,
+            manifest_sha256: "ab".repeat(32),
+            index_sha256: "cd".repeat(32),
+            mix: None,
+        };
         let shared = LoaderState::new(7, 3, "helix", 16, dataset.clone());
         let skips = crate::step::SkipCount { planned: 160, failed: 2, ids: vec![5, 6] };
         let sent = LoaderState::new(7, 10, "helix", 16, dataset.clone()).with_skips(Some(skips));

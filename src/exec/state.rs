@@ -3,7 +3,7 @@
 //! ```
 //! use datahelix::exec::state::{DatasetId, LoaderState};
 //!
-//! let dataset = DatasetId { samples: 120, manifest_sha256: "ab".repeat(32), index_sha256: "cd".repeat(32) };
+//! let dataset = DatasetId { samples: 120, manifest_sha256: "ab".repeat(32), index_sha256: "cd".repeat(32), mix: None };
 //! let state = LoaderState::new(42, 17, "helix", 16, dataset.clone());
 //! assert_eq!(state.epoch, 2); // positions 17·16 = 272 of 120 samples: epoch 2
 //! let text = state.to_json();
@@ -50,6 +50,9 @@ pub struct DatasetId {
     pub manifest_sha256: String,
     /// SHA-256 of the index's records, ids and paths, hex ([`crate::index::Index::content_sha256`]).
     pub index_sha256: String,
+    /// The weighted mixture of groups the sampler draws by, in its one written form
+    /// ([`crate::sampler::mix::Mix`]); `None`: the protocol's uniform draw.
+    pub mix: Option<String>,
 }
 
 /// Where a run stands: the next step to deliver, and what it must be resumed with.
@@ -86,6 +89,9 @@ pub struct LoaderState {
     /// The skip budget's count of the steps before `next_step` (absent before version 3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skips: Option<SkipCount>,
+    /// The mix the batches were drawn by (absent: uniform, and in states before mixes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mix: Option<String>,
     /// [`words_hash`] of the document without this field, hex: catches edits and damage.
     pub checksum: String,
 }
@@ -100,7 +106,7 @@ impl LoaderState {
         dataset: DatasetId,
     ) -> LoaderState {
         let epoch = epoch_of(next_step.saturating_mul(global_batch), dataset.samples);
-        let DatasetId { samples, manifest_sha256, index_sha256 } = dataset;
+        let DatasetId { samples, manifest_sha256, index_sha256, mix } = dataset;
         let mut s = LoaderState {
             format: FORMAT.into(),
             version: VERSION,
@@ -116,6 +122,7 @@ impl LoaderState {
             index_sha256,
             learned: None,
             skips: None,
+            mix,
             checksum: String::new(),
         };
         s.checksum = s.expected_checksum();
@@ -128,6 +135,7 @@ impl LoaderState {
             samples: self.samples,
             manifest_sha256: self.manifest_sha256.clone(),
             index_sha256: self.index_sha256.clone(),
+            mix: self.mix.clone(),
         }
     }
 
@@ -264,12 +272,16 @@ impl LoaderState {
                 self.index_sha256, dataset.index_sha256
             ));
         }
+        if self.mix != dataset.mix {
+            let text = |m: &Option<String>| m.clone().unwrap_or_else(|| "none (uniform)".into());
+            differ.push(format!("mix: state {}, this run {}", text(&self.mix), text(&dataset.mix)));
+        }
         if differ.is_empty() {
             Ok(())
         } else {
             Err(format!(
-                "the loader state belongs to another run — {}; resume with the dataset, seed and global batch \
-                 it was written with",
+                "the loader state belongs to another run — {}; resume with the dataset, seed, global batch \
+                 and mix it was written with",
                 differ.join("; ")
             ))
         }
@@ -281,7 +293,7 @@ mod tests {
     use super::*;
 
     fn dataset() -> DatasetId {
-        DatasetId { samples: 48, manifest_sha256: "0f".repeat(32), index_sha256: "aa".repeat(32) }
+        DatasetId { samples: 48, manifest_sha256: "0f".repeat(32), index_sha256: "aa".repeat(32), mix: None }
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub(crate) const KEYS: &[&str] = &[
     "global_batch",
     "workers",
     "seed",
+    "mix",
     "steps",
     "warmup",
     "lookahead",
@@ -118,6 +119,12 @@ impl dh_config {
             "global_batch" => l.global_batch = num(key, value, "expected a positive integer")?,
             "workers" => l.workers = num(key, value, "expected a positive integer")?,
             "seed" => l.seed = num(key, value, "expected an unsigned integer")?,
+            "mix" => {
+                l.mix = match value.trim() {
+                    "" => None,
+                    text => Some(text.parse().map_err(|e: String| invalid(key, value, &e))?),
+                }
+            }
             "steps" => l.steps = num(key, value, "expected an unsigned integer")?,
             "warmup" => self.warmup = num(key, value, "expected an unsigned integer")?,
             "lookahead" => l.lookahead = num(key, value, "expected a positive integer")?,
@@ -275,6 +282,8 @@ pub extern "C" fn dh_config_from_file(path: *const c_char, config_out: *mut *mut
 /// index`), `index_dir` (the folder of its index when not inside the dataset, as `datahelix
 /// index --index-dir`; default `DATAHELIX_INDEX_DIR`, else the dataset's `.datahelix/`), `policy` (`helix`, `rank-local`, `actor-pool`, `post-balance`, `helix-batching`,
 /// `helix-placement`), `global_batch`, `workers` (decode workers across all ranks), `seed`,
+/// `mix` (draw the global batches from the dataset's groups — the first folders of its samples'
+/// paths — at integer weights, `video=3,image=1`, instead of uniformly; empty: uniform),
 /// `steps` (steps the run takes; `dh_loader_next` returns `DH_END` after them; default: no
 /// limit), `warmup` (first steps left out of `dh_loader_metrics`), `lookahead`, `budget_mib`,
 /// `cpu_budget` (`true`/`false`: confine decode workers to a cgroup), `cores`, `job`,
