@@ -6,14 +6,17 @@
 # scratch (--force) REPEAT times (default 3) by the release binary; prints the median seconds,
 # the range and samples/s of each, and the ratio to loose files. Media: the clips of
 # scripts/specs/codecs_tiny.json (H.264, HEVC, VP9, AV1 in MP4 and WebM), repeated. Every
-# dataset is read from the page cache after the first run.
+# dataset is read from the page cache after the first run. Then decoding: the first D samples
+# (default 2,000; ids 0..D-1) of each, `datahelix decode --ids` REPEAT times (a deflated member
+# is inflated at every decode).
 #
-#   scripts/bench_shards.sh [N] [REPEAT] [WORK_DIR]
+#   scripts/bench_shards.sh [N] [REPEAT] [WORK_DIR] [D]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-10000}
 REPEAT=${2:-3}
 WORK=${3:-/tmp/datahelix-bench-shards}
+D=${4:-2000}
 BIN=target/release/datahelix
 PY=${DH_VENV:-.venv}/bin/python
 [ -x "$BIN" ] || cargo build --release --bin datahelix
@@ -70,14 +73,32 @@ for kind in "${KINDS[@]}"; do
   "$BIN" index "$WORK/$kind" --force --json >/dev/null # warm the page cache
   for _ in $(seq "$REPEAT"); do times[$kind]+="$(run "$WORK/$kind") "; done
 done
-python3 - "$N" "${times[loose]}" "${times[shards]}" "${times[zip-stored]}" "${times[zip-deflated]}" <<'EOF'
+report() { # what count times... -> one line per dataset kind
+  python3 - "$@" <<'EOF'
 import statistics, sys
-n = int(sys.argv[1])
+what, n = sys.argv[1], int(sys.argv[2])
 names = ("loose files", "tar shards", "zip, stored", "zip, deflated")
-runs = [[float(x) for x in a.split()] for a in sys.argv[2:6]]
+runs = [[float(x) for x in a.split()] for a in sys.argv[3:7]]
 loose = statistics.median(runs[0])
 for name, t in zip(names, runs):
     m = statistics.median(t)
-    print(f"{name:14} {n} samples: median {m:.2f} s (range {min(t):.2f}-{max(t):.2f}), "
+    print(f"{what} {name:14} {n} samples: median {m:.2f} s (range {min(t):.2f}-{max(t):.2f}), "
           f"{n / m:.0f} samples/s ({loose / m:.2f}x loose)")
 EOF
+}
+report index "$N" "${times[loose]}" "${times[shards]}" "${times[zip-stored]}" "${times[zip-deflated]}"
+
+IDS=$(seq -s, 0 $((D - 1)))
+decode() { # dataset -> seconds of one decode of ids 0..D-1
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$BIN" decode "$1" --ids "$IDS" --json --out "$WORK/decoded.json"
+  t1=$(date +%s.%N)
+  python3 -c "import json,sys; d=json.load(open('$WORK/decoded.json')); assert d['ok']==$D, {k: d[k] for k in ('ok', 'failed')}" >&2
+  python3 -c "print($t1 - $t0)"
+}
+declare -A decoded
+for kind in "${KINDS[@]}"; do
+  for _ in $(seq "$REPEAT"); do decoded[$kind]+="$(decode "$WORK/$kind") "; done
+done
+report decode "$D" "${decoded[loose]}" "${decoded[shards]}" "${decoded[zip-stored]}" "${decoded[zip-deflated]}"
