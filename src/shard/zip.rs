@@ -24,7 +24,8 @@
 //! local header (its signature, and its data inside the part of the file before the central
 //! directory). An archive whose directory cannot be found or read is an error; an entry that
 //! cannot be used (encrypted, compressed with a method other than store or deflate, larger
-//! inflated than [`MAX_INFLATED`], a name that is not UTF-8, data outside the file) is listed in
+//! inflated than [`MAX_INFLATED`], a name that is not UTF-8, data outside the file, bytes shared
+//! with another member as in an overlapping zip bomb) is listed in
 //! [`Listing::damaged`] with why and what to do, and the other members stay usable. Folders and
 //! links are not members (as in a tar, regular files only). Archives split over several files
 //! (`.z01`, …) are refused with the command that joins them.
@@ -148,7 +149,46 @@ pub fn members(file: &File) -> Result<Listing, ZipError> {
             }
         }
     }
+    refuse_overlaps(&mut out);
     Ok(out)
+}
+
+/// Moves the members whose bytes overlap another member's to [`Listing::damaged`]: members of a
+/// zip never share bytes, and a zip bomb of overlapping members makes one deflated stream count
+/// as thousands of members, each inflated again when probed.
+fn refuse_overlaps(listing: &mut Listing) {
+    let mut order: Vec<usize> = (0..listing.members.len()).collect();
+    order.sort_by_key(|&i| (listing.members[i].part.range.offset, i));
+    let mut overlapping = vec![false; listing.members.len()];
+    // The furthest end of the members seen so far, and whose it is.
+    let mut reach: Option<(u64, usize)> = None;
+    for &i in &order {
+        let range = listing.members[i].part.range;
+        let end = range.offset.saturating_add(range.len);
+        if let Some((furthest, j)) = reach {
+            if range.len > 0 && range.offset < furthest {
+                overlapping[i] = true;
+                overlapping[j] = true;
+            }
+        }
+        if reach.is_none_or(|(furthest, _)| end > furthest) {
+            reach = Some((end, i));
+        }
+    }
+    if !overlapping.contains(&true) {
+        return;
+    }
+    let members = std::mem::take(&mut listing.members);
+    for (m, bad) in members.into_iter().zip(overlapping) {
+        if bad {
+            listing.damaged.push(format!(
+                "{}: its bytes ({}..+{}) overlap another member's: a zip bomb, or damaged (left out; re-zip the files)",
+                m.name, m.part.range.offset, m.part.range.len
+            ));
+        } else {
+            listing.members.push(m);
+        }
+    }
 }
 
 /// The central directory's place, checked to lie before the end records.
@@ -444,6 +484,40 @@ mod tests {
         }
         std::fs::write(&bad, b"PK\x05\x06 not an archive at all, just text").unwrap();
         assert!(listing(&bad).is_err());
+    }
+
+    /// Two directory entries naming the same bytes (the trick of overlapping-member zip bombs)
+    /// are both refused; the archive's other members stay.
+    #[test]
+    fn members_sharing_bytes_are_refused_as_a_bomb() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("a.txt"), "a".repeat(100)).unwrap();
+        std::fs::write(d.join("c.txt"), "c".repeat(100)).unwrap();
+        zip(d, &["-0", "-X", "one.zip", "a.txt", "c.txt"]);
+        let good = std::fs::read(d.join("one.zip")).unwrap();
+        let eocd = good.len() - EOCD_LEN as usize;
+        let (cd_size, cd_offset) = (u32_at(&good, eocd + 12) as usize, u32_at(&good, eocd + 16) as usize);
+        let central = &good[cd_offset..cd_offset + cd_size];
+        let first_len = CENTRAL_LEN
+            + u16_at(central, 28) as usize
+            + u16_at(central, 30) as usize
+            + u16_at(central, 32) as usize;
+        let mut twin = central[..first_len].to_vec();
+        twin[CENTRAL_LEN] = b'b'; // "b.txt": another name, the same local header and bytes
+        let mut bomb = good[..cd_offset + cd_size].to_vec();
+        bomb.extend_from_slice(&twin);
+        let mut end = good[eocd..].to_vec();
+        end[8..10].copy_from_slice(&3u16.to_le_bytes());
+        end[10..12].copy_from_slice(&3u16.to_le_bytes());
+        end[12..16].copy_from_slice(&((cd_size + first_len) as u32).to_le_bytes());
+        bomb.extend_from_slice(&end);
+        std::fs::write(d.join("bomb.zip"), &bomb).unwrap();
+        let l = listing(&d.join("bomb.zip")).unwrap();
+        assert_eq!(l.members.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), ["c.txt"]);
+        assert_eq!(l.damaged.len(), 2, "{:?}", l.damaged);
+        assert!(l.damaged.iter().all(|e| e.contains("overlap another member's")), "{:?}", l.damaged);
+        assert_eq!(listing(&d.join("one.zip")).unwrap().members.len(), 2);
     }
 
     /// A split archive is refused with the command that joins it.
