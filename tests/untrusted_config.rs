@@ -30,6 +30,7 @@ const KEYS: &[&str] = &[
     "global_batch",
     "workers",
     "seed",
+    "mix",
     "steps",
     "warmup",
     "lookahead",
@@ -72,8 +73,30 @@ fn accepted(key: &str, value: &str) -> Option<bool> {
         "max_frames" | "plan_group_ranks" => t.parse::<u32>().is_ok(),
         "max_pixels" => t.parse::<u64>().is_ok(),
         "resume" => LoaderState::from_json(value).is_ok(),
+        "mix" => mix_accepted(t),
         _ => return None,
     })
+}
+
+/// What `mix` documents: empty (uniform), or `name=weight` pairs separated by commas — names
+/// without `/`, `=` or `#`, each once, weights integers 1–1000, at most 64 groups.
+fn mix_accepted(t: &str) -> bool {
+    let parts: Vec<&str> = t.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+    if t.is_empty() {
+        return true;
+    }
+    let mut names = std::collections::HashSet::new();
+    !parts.is_empty()
+        && parts.len() <= 64
+        && parts.iter().all(|p| {
+            p.split_once('=').is_some_and(|(name, w)| {
+                let name = name.trim();
+                !name.is_empty()
+                    && !name.contains(['/', '=', '#'])
+                    && w.trim().parse::<u64>().is_ok_and(|w| (1..=1000).contains(&w))
+                    && names.insert(name.to_owned())
+            })
+        })
 }
 
 /// The case of `collective_timeout_s_past_durations_range_is_an_error` below: a finite, positive
@@ -107,6 +130,8 @@ fn arb_value() -> impl Strategy<Value = String> {
             "false", "yes", "no", "on", "off", " true ", "TRUE", "True", "2", "helix", " helix ",
             "Helix", "rank-local", "actor-pool", "post-balance", "helix-batching", "helix-placement",
             "helix\u{0}", "{}", "null", "/", ".", "..", "mpi", "hccl", " hccl", "HCCL", "nccl",
+            "video=3,image=1", " video = 3 , image=1 ,", "video=0", "video=1001", "video=1000", "video=0.5",
+            "a=1,a=2", "a/b=1", "=1", "a=", "a=1,,b=2", ",", "video", "a#=1", "x=-1", "x=+1",
         ])
         .prop_map(String::from),
         2 => "\\PC{0,40}",
@@ -155,9 +180,10 @@ fn arb_state() -> impl Strategy<Value = LoaderState> {
         prop_oneof![1u64..10_000, 1u64..=u64::MAX],
         "[0-9a-f]{64}",
         "[0-9a-f]{64}",
+        prop::option::of("[a-z]{1,8}=[1-9](,[a-z]{1,8}=[1-9]){0,3}"),
     )
-        .prop_map(|(seed, next_step, policy, global_batch, samples, m, i)| {
-            let dataset = DatasetId { samples, manifest_sha256: m, index_sha256: i, mix: None };
+        .prop_map(|(seed, next_step, policy, global_batch, samples, m, i, mix)| {
+            let dataset = DatasetId { samples, manifest_sha256: m, index_sha256: i, mix };
             LoaderState::new(seed, next_step, policy.name(), global_batch, dataset)
         })
 }
