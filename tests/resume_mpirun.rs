@@ -337,8 +337,14 @@ fn a_mixed_run_draws_by_weight_and_resumes_the_same_batches() {
     assert!((2..8).contains(&images.len()), "{} images: the test wants a few", images.len());
     let mix: Mix = "videos=1,images=1".parse().unwrap();
     let sampler = Sampler::mixed(&mix, &groups_of(rows.iter().map(|(id, p)| (*id, p.as_str()))), 0).unwrap();
-    let whole =
-        batches(&train_ok(2, "helix", &["--steps", &STEPS.to_string(), "--mix", "videos=1,images=1"]));
+    let doc = train_ok(2, "helix", &["--steps", &STEPS.to_string(), "--mix", "videos=1,images=1"]);
+    let half = STEPS * GLOBAL_BATCH as u64 / 2;
+    assert_eq!(
+        doc["drawn_by_group"],
+        serde_json::json!({"images": half, "videos": half}),
+        "what the mix drew"
+    );
+    let whole = batches(&doc);
     assert_eq!(whole.len() as u64, STEPS);
     for (step, (ids, _)) in &whole {
         let mut want = sampler.global_batch(*step, GLOBAL_BATCH);

@@ -361,6 +361,10 @@ fn zip_shards_stored_and_deflated_index_and_decode_like_tars() {
         ));
     }
     assert!(codings.iter().all(|(s, stored)| *stored == s.ends_with("000000.zip")), "{codings:?}");
+    // A brace pattern names zips as it names tars.
+    let pattern = zips.join("train-{000001..000002}.zip");
+    let some = json_of(common::datahelix().arg("index").arg(&pattern).arg("--json"));
+    assert_eq!(some["count"], 8, "{some}");
 
     let (from_tars, from_zips) = (decoded(&p.shards), decoded(&zips));
     assert_eq!(from_tars.keys().collect::<Vec<_>>(), from_zips.keys().collect::<Vec<_>>());

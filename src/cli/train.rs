@@ -448,6 +448,9 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
         doc["followers"]["tensor_bytes_with_batch"] = json!(follower_bytes[1]);
         doc["followers"]["batches_identical"] = json!(followers_match);
     }
+    if args.mix.is_some() {
+        doc["drawn_by_group"] = drawn_by_group(&args, &result.records).map_err(fail)?;
+    }
     let text = serde_json::to_string_pretty(&doc).map_err(fail)?;
     match &args.out {
         Some(p) => {
@@ -474,6 +477,24 @@ pub fn run(args: TrainArgs) -> Result<i32, CliError> {
 /// ranks numbered by group) takes the longest `gpu_s` among its group's records of that step,
 /// with its `accel` terms, so that the bound sees the noise that held the step. Returns how
 /// many of the measured group-steps (from `warmup` on) a follower's accelerator set.
+/// The samples each group of the dataset gave the run's global batches (delivered or skipped,
+/// warm-up included), by group name: what a mix drew, measured.
+fn drawn_by_group(args: &TrainArgs, records: &[RankStep]) -> Result<serde_json::Value, String> {
+    let index =
+        crate::index::Index::open_in(&args.data, args.index_dir.as_deref()).map_err(|e| e.to_string())?;
+    let mut group_of = std::collections::HashMap::with_capacity(index.len());
+    for i in 0..index.len() {
+        let id = index.get(i).map_err(|e| e.to_string())?.id;
+        group_of
+            .insert(id, crate::sampler::mix::group_of(index.path(i).map_err(|e| e.to_string())?).to_owned());
+    }
+    let mut drawn: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for id in records.iter().flat_map(|r| r.ids.iter().chain(&r.skipped)) {
+        *drawn.entry(group_of.get(id).map_or("(not in the index)", String::as_str)).or_default() += 1;
+    }
+    Ok(json!(drawn))
+}
+
 fn slowest_member_sets_the_step(
     records: &mut [RankStep],
     followers: &[RankStep],
