@@ -24,7 +24,7 @@
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 /// A byte range of a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -152,7 +152,67 @@ enum Bytes {
     /// A range of a file, read in place.
     File { file: File, offset: u64 },
     /// Inflated into memory (shared by the windows [`Window::try_clone`] makes).
-    Memory(Arc<[u8]>),
+    Memory(Arc<Inflated>),
+}
+
+/// A deflated member's bytes, counted in [`INFLATED`] while they live.
+#[derive(Debug)]
+struct Inflated {
+    bytes: Vec<u8>,
+    _held: Held<'static>,
+}
+
+/// The most bytes of inflated members the process holds at once: indexing a folder of large
+/// deflated videos on many cores would otherwise inflate one per probing thread at once.
+pub const MAX_INFLATED_HELD: u64 = 2 << 30;
+
+/// Inflated bytes held by every [`Window`] of the process ([`MAX_INFLATED_HELD`]).
+static INFLATED: HeldBytes = HeldBytes::new(MAX_INFLATED_HELD);
+
+/// A count of bytes held against a cap: [`HeldBytes::hold`] waits while the new bytes would pass
+/// the cap and others are held (bytes more than the cap are held alone).
+#[derive(Debug)]
+pub struct HeldBytes {
+    cap: u64,
+    held: Mutex<u64>,
+    freed: Condvar,
+}
+
+/// Bytes held until dropped.
+#[derive(Debug)]
+pub struct Held<'a> {
+    from: &'a HeldBytes,
+    bytes: u64,
+}
+
+impl HeldBytes {
+    /// Nothing held yet, against `cap`.
+    pub const fn new(cap: u64) -> HeldBytes {
+        HeldBytes { cap, held: Mutex::new(0), freed: Condvar::new() }
+    }
+
+    /// Holds `bytes`, first waiting until they fit under the cap or nothing else is held.
+    pub fn hold(&self, bytes: u64) -> Held<'_> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        while *held > 0 && held.saturating_add(bytes) > self.cap {
+            held = self.freed.wait(held).unwrap_or_else(PoisonError::into_inner);
+        }
+        *held += bytes;
+        Held { from: self, bytes }
+    }
+
+    /// Bytes held now.
+    pub fn held(&self) -> u64 {
+        *self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let mut held = self.from.held.lock().unwrap_or_else(PoisonError::into_inner);
+        *held -= self.bytes;
+        self.from.freed.notify_all();
+    }
 }
 
 impl Window {
@@ -175,12 +235,15 @@ impl Window {
     }
 
     /// The member `part` of the shard `file`: its range, or its bytes inflated into memory and
-    /// checked (exactly the stated size, the stated CRC-32); an error naming what differs.
+    /// checked (exactly the stated size, the stated CRC-32); an error naming what differs. The
+    /// inflated bytes count against [`MAX_INFLATED_HELD`] from before inflating until the last
+    /// window over them is dropped: past it, this waits for others to be dropped.
     pub fn open(file: File, part: Part) -> std::io::Result<Window> {
         let stored = Window::range(file, part.range)?;
         let Coding::Deflated { size, crc32 } = part.coding else { return Ok(stored) };
         let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
         let capacity = usize::try_from(size).map_err(|_| bad(format!("{size} bytes inflated: too large")))?;
+        let held = INFLATED.hold(size);
         let mut inflated = Vec::new();
         inflated
             .try_reserve_exact(capacity)
@@ -205,7 +268,11 @@ impl Window {
                 crc.sum()
             )));
         }
-        Ok(Window { bytes: Bytes::Memory(inflated.into()), len: size, pos: 0 })
+        Ok(Window {
+            bytes: Bytes::Memory(Arc::new(Inflated { bytes: inflated, _held: held })),
+            len: size,
+            pos: 0,
+        })
     }
 
     /// A second window over the same bytes, at its start (inflated bytes are shared, not copied).
@@ -239,7 +306,7 @@ impl Read for Window {
             Bytes::File { file, offset } => file.read_at(&mut buf[..n], offset + self.pos)?,
             Bytes::Memory(m) => {
                 let at = self.pos as usize;
-                buf[..n].copy_from_slice(&m[at..at + n]);
+                buf[..n].copy_from_slice(&m.bytes[at..at + n]);
                 n
             }
         };
@@ -288,6 +355,27 @@ mod tests {
         assert_eq!((m.shard, m.member, m.part), ("s/a.tar", "x@y.mp4", Part::stored(0, 5)));
         let z = MemberPath::parse("a.zip#m@1+2").unwrap();
         assert_eq!(z.part, Part::stored(1, 2));
+    }
+
+    /// Bytes past the cap wait for others to be dropped; bytes over the cap alone do not wait.
+    #[test]
+    fn held_bytes_wait_under_their_cap() {
+        static BUDGET: HeldBytes = HeldBytes::new(100);
+        let alone = BUDGET.hold(150);
+        drop(alone);
+        let first = BUDGET.hold(80);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let second = BUDGET.hold(50);
+            tx.send(BUDGET.held()).unwrap();
+            drop(second);
+        });
+        let timeout = std::time::Duration::from_millis(200);
+        assert!(rx.recv_timeout(timeout).is_err(), "50 more bytes passed a cap of 100 with 80 held");
+        drop(first);
+        assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap(), 50);
+        waiter.join().unwrap();
+        assert_eq!(BUDGET.held(), 0);
     }
 
     #[test]
