@@ -237,39 +237,9 @@ fn shard_entries(root: &Path, shard: &Shard) -> Manifest {
         Ok(f) => f,
         Err(e) => return one_error(&shard.rel, format!("cannot be read: {e}")),
     };
-    // What the listing itself found damaged, named after the samples' own errors.
-    let mut damage = Vec::new();
-    let items: Vec<Item> = if shard.rel.ends_with(".zip") {
-        match zip::members(&file) {
-            Ok(l) => {
-                for reason in l.damaged {
-                    damage.push(error(
-                        &shard.rel,
-                        None,
-                        format!("{reason}; the rest of the archive is indexed"),
-                    ));
-                }
-                l.members.into_iter().map(|m| Item { name: m.name, part: m.part }).collect()
-            }
-            Err(e) => return one_error(&shard.rel, format!("cannot be read as a zip archive: {e}")),
-        }
-    } else {
-        match tar::members(&file) {
-            Ok(l) => {
-                if let Some(d) = l.damage {
-                    damage.push(error(
-                        &shard.rel,
-                        None,
-                        format!("{d}; the samples before it are indexed, the rest of the shard is not (rewrite the shard)"),
-                    ));
-                }
-                l.members
-                    .into_iter()
-                    .map(|m| Item { name: m.name, part: Part::stored(m.offset, m.size) })
-                    .collect()
-            }
-            Err(e) => return one_error(&shard.rel, format!("cannot be read: {e}")),
-        }
+    let (items, mut damage) = match items_of(&file, &shard.rel) {
+        Ok(listed) => listed,
+        Err(reason) => return one_error(&shard.rel, reason),
     };
     let mut out = Manifest::default();
     for group in group_by_key(&items) {
@@ -278,6 +248,7 @@ fn shard_entries(root: &Path, shard: &Shard) -> Manifest {
             Err(reason) => out.errors.push(error(&shard.rel, Some(group.key), reason)),
         }
     }
+    // What the listing itself found damaged, named after the samples' own errors.
     out.errors.append(&mut damage);
     out
 }
@@ -286,6 +257,30 @@ fn shard_entries(root: &Path, shard: &Shard) -> Manifest {
 struct Item {
     name: String,
     part: Part,
+}
+
+/// The regular files of the shard `file` (named `rel`), tar or zip by its name, and the damage
+/// its listing met (the members before it, or beside it in a zip, are listed); `Err` when the
+/// shard cannot be read at all.
+fn items_of(file: &File, rel: &str) -> Result<(Vec<Item>, Vec<LineError>), String> {
+    if rel.ends_with(".zip") {
+        let l = zip::members(file).map_err(|e| format!("cannot be read as a zip archive: {e}"))?;
+        let damage = l
+            .damaged
+            .into_iter()
+            .map(|d| error(rel, None, format!("{d}; the rest of the archive is indexed")))
+            .collect();
+        return Ok((l.members.into_iter().map(|m| Item { name: m.name, part: m.part }).collect(), damage));
+    }
+    let l = tar::members(file).map_err(|e| format!("cannot be read: {e}"))?;
+    let damage = l.damage.into_iter().map(|d| {
+        let reason = format!(
+            "{d}; the samples before it are indexed, the rest of the shard is not (rewrite the shard)"
+        );
+        error(rel, None, reason)
+    });
+    let items = l.members.into_iter().map(|m| Item { name: m.name, part: Part::stored(m.offset, m.size) });
+    Ok((items.collect(), damage.collect()))
 }
 
 /// Consecutive members sharing a key.
